@@ -1,0 +1,54 @@
+"""Padding, masks and length buckets: turning ragged sentences into tensors."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import torch
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]], pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists to one LongTensor ``[B, T_max]``; also return lengths ``[B]``."""
+    if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
+        raise TypeError(f"sequences must be a list of id lists, got {type(sequences).__name__}")
+    if not sequences:
+        raise ValueError("sequences is empty; a batch needs at least one sequence")
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    out = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if len(seq):
+            out[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    return out, lengths
+
+
+def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """Bool mask ``[B, T]``: True where a position holds a real token, False on padding."""
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
+        raise TypeError(f"lengths must be a 1-D tensor, got {lengths!r}")
+    max_len = int(lengths.max()) if max_len is None else max_len
+    if lengths.numel() and int(lengths.max()) > max_len:
+        longest = int(lengths.max())
+        raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def bucket_batches(
+    lengths: Sequence[int], batch_size: int, shuffle: bool = True, seed: int = 0
+) -> list[list[int]]:
+    """Group indices of similar length into batches, so little compute goes to padding.
+
+    Indices are sorted by length (random tie-breaking when ``shuffle``), cut into batches, and
+    the batch order is shuffled, so every epoch still sees lengths in random order.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    rng = random.Random(seed)
+    keys = [rng.random() if shuffle else 0.0 for _ in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], keys[i]))
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if shuffle:
+        rng.shuffle(batches)
+    return batches

@@ -1,0 +1,78 @@
+"""Pick the compute device once, the same way in every notebook.
+
+Order: CUDA, then Apple MPS, then CPU. ``SEQLAB_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``)
+overrides the choice, and asking for a device that is not there is an error rather than a silent
+fallback: a lecturer who asked for the GPU should learn at once that they are not on one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+_KINDS = ("cpu", "cuda", "mps")
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def get_device(name: str | None = None) -> torch.device:
+    """Return the device to compute on.
+
+    ``name`` (or, when it is None, the ``SEQLAB_DEVICE`` environment variable) forces a device;
+    without either, the best available one is chosen.
+    """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str such as 'cpu' or 'cuda', got {type(name).__name__}")
+    requested = name if name is not None else os.environ.get("SEQLAB_DEVICE", "").strip()
+    if not requested or requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as err:
+        raise ValueError(
+            f"device {requested!r} is not a device name; expected one of {', '.join(_KINDS)}, "
+            "'cuda:N' or 'auto'"
+        ) from err
+    if device.type not in _KINDS:
+        raise ValueError(f"device {requested!r} is not supported; expected one of {_KINDS}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device {requested!r} was requested (SEQLAB_DEVICE or argument) but CUDA is not "
+                "available here. On Colab: Runtime > Change runtime type > GPU. Otherwise unset "
+                "SEQLAB_DEVICE or set it to 'cpu'."
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"device {requested!r} was requested but only {torch.cuda.device_count()} CUDA "
+                "device(s) exist"
+            )
+    if device.type == "mps" and not _mps_available():
+        raise RuntimeError(
+            f"device {requested!r} was requested but Apple MPS is not available here; "
+            "unset SEQLAB_DEVICE or set it to 'cpu'"
+        )
+    return device
+
+
+def autocast(device: torch.device | str, enabled: bool = True):
+    """Mixed precision where it pays: bfloat16 autocast on CUDA, a no-op context elsewhere.
+
+    On CPU and MPS the numbers stay float32, so a notebook gives the same results on a laptop
+    whether or not this is used.
+    """
+    device = torch.device(device) if isinstance(device, str) else device
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device or str, got {type(device).__name__}")
+    if enabled and device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,53 @@
+import os
+import socket
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import matplotlib
+import pytest
+from helpers import Handler
+
+matplotlib.use("Agg")
+
+REPO = Path(__file__).resolve().parents[1]
+# Real corpora for tests live beside the repository on course machines; a fresh clone lacks them.
+SHARED_DATA = Path(os.environ.get("SEQLAB_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def shared_file():
+    def get(relative: str) -> Path:
+        path = SHARED_DATA / relative
+        if not path.exists():
+            pytest.skip(f"{path} not present (real corpora are only on course machines)")
+        return path
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    """No test reads or fills the user's real data cache or results folder."""
+    monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / "seqlab-cache"))
+    monkeypatch.delenv("SEQLAB_RESULTS", raising=False)
+    monkeypatch.delenv("SEQLAB_DEVICE", raising=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port nobody listens on: connecting fails at once, like a machine offline."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

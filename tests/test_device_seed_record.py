@@ -1,0 +1,94 @@
+import json
+import random
+
+import numpy as np
+import pytest
+import seqlab
+import torch
+from seqlab import autocast, get_device, record, seed_everything
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+@no_cuda
+def test_default_device_is_cpu_without_accelerators():
+    assert get_device().type in ("cpu", "mps")
+
+
+def test_env_override_to_cpu(monkeypatch):
+    monkeypatch.setenv("SEQLAB_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+
+
+@no_cuda
+def test_asking_for_missing_cuda_says_so(monkeypatch):
+    monkeypatch.setenv("SEQLAB_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        get_device()
+
+
+def test_bad_device_names():
+    with pytest.raises(ValueError, match="not a device name"):
+        get_device("gpu0")
+    with pytest.raises(TypeError, match="name must be a str"):
+        get_device(3)
+
+
+def test_autocast_is_a_noop_on_cpu():
+    a = torch.randn(4, 4)
+    with autocast("cpu"):
+        assert (a @ a).dtype == torch.float32
+    with pytest.raises(TypeError):
+        autocast(3)
+
+
+def _draw():
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_same_seed_same_numbers():
+    seed_everything(123)
+    first = _draw()
+    seed_everything(123)
+    assert _draw() == first
+    seed_everything(124)
+    assert _draw() != first
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32, 1.5, "1", True])
+def test_bad_seeds(bad):
+    with pytest.raises((TypeError, ValueError), match="seed"):
+        seed_everything(bad)
+
+
+def test_record_does_nothing_without_results_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    record("ppl", 3.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_appends_to_the_notebook_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQLAB_RESULTS", str(tmp_path / "res"))
+    monkeypatch.setenv("SEQLAB_NOTEBOOK", "01_language_models")
+    record("ppl", np.float64(3.5))
+    record("curve", {"3-10": torch.tensor(1.0), "11-20": float("inf")})
+    data = json.loads((tmp_path / "res" / "01_language_models.json").read_text())
+    assert data == {"ppl": 3.5, "curve": {"3-10": 1.0, "11-20": "inf"}}
+    assert [p.name for p in (tmp_path / "res").iterdir()] == ["01_language_models.json"]
+
+
+def test_record_rejects_objects(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEQLAB_RESULTS", str(tmp_path))
+    with pytest.raises(TypeError, match="record"):
+        record("model", object())
+    with pytest.raises(TypeError, match="name"):
+        record("", 1)
+
+
+def test_show_source_shows_the_real_code():
+    from seqlab.source import source_of
+
+    assert source_of(seed_everything).startswith("def seed_everything(seed: int)")
+    seqlab.show_source(seed_everything)
+    with pytest.raises(TypeError, match="show_source needs"):
+        seqlab.show_source(3)
