@@ -51,3 +51,18 @@ def closed_port():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+_NOTEBOOK_TIMES: dict = {}
+
+
+@pytest.fixture
+def notebook_times():
+    return _NOTEBOOK_TIMES
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _NOTEBOOK_TIMES:
+        terminalreporter.section("notebook FAST times (goal: 00_setup < 30 s, lectures < 90 s)")
+        for name, seconds in sorted(_NOTEBOOK_TIMES.items()):
+            terminalreporter.write_line(f"{name:40s} {seconds:6.1f} s")

@@ -4,6 +4,7 @@ import zipfile
 from dataclasses import replace
 
 import pytest
+
 from seqlab.data import DownloadError, corpora, load_corpus, load_parallel, parse_tatoeba
 from seqlab.data.download import cache_path, data_home
 

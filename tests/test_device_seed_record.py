@@ -3,8 +3,9 @@ import random
 
 import numpy as np
 import pytest
-import seqlab
 import torch
+
+import seqlab
 from seqlab import autocast, get_device, record, seed_everything
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

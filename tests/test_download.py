@@ -5,6 +5,7 @@ import time
 
 import pytest
 from helpers import BODY, Handler
+
 from seqlab.data import ChecksumError, DownloadError, RemoteFile, ensure
 from seqlab.data.download import cache_path
 

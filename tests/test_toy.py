@@ -3,6 +3,7 @@ from collections import Counter, defaultdict
 from itertools import product
 
 import pytest
+
 from seqlab.data.toy import (
     ToyLanguage,
     ToyTranslation,

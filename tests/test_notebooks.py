@@ -1,0 +1,41 @@
+"""Every lecture notebook runs top to bottom in FAST mode, and is committed clean."""
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from seqlab.course import NOTEBOOKS, run_notebook
+
+PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert any(p.name == "00_setup.ipynb" for p in PATHS)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_committed_clean_with_the_course_header(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has outputs"
+    first, setup, params = nb.cells[:3]
+    assert "colab-badge.svg" in first.source and f"notebooks/{path.name}" in first.source
+    assert 'if "google.colab" in sys.modules:' in setup.source
+    pip = re.findall(r"pip install[^\n]*", setup.source)
+    assert pip and not any(re.search(r"\btorch\b|-U\b|--upgrade", line) for line in pip)
+    assert "parameters" in params.metadata.get("tags", [])
+    assert 'os.environ.get("SEQLAB_FAST"' in params.source
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_runs_in_fast_mode(path, tmp_path, notebook_times):
+    seconds = run_notebook(path, tmp_path)
+    notebook_times[path.name] = seconds
+    results = tmp_path / "results" / f"{path.stem}.json"
+    if results.exists():
+        json.loads(results.read_text())  # recorded numbers are valid JSON
