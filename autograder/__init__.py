@@ -1,0 +1,1 @@
+"""Autograder for the course's nbgrader assignments (``python -m autograder``)."""

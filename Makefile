@@ -1,0 +1,39 @@
+# Thin wrappers; everything real lives in pyproject.toml, lib/seqlab and autograder/.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Optional torch requirement used only when no torch is importable yet, e.g.
+#   make setup TORCH="torch==2.13.0"                      (a CPU wheel you already have)
+#   make setup TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH  ?=
+NOTEBOOKS ?=
+
+.PHONY: setup lab test course clean
+
+setup: $(VENV)/.installed
+
+# Re-runs only when pyproject.toml changes; an existing venv and torch are reused.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
+		echo "torch already installed: $$($(BIN)/python -c 'import torch; print(torch.__version__)')"; \
+	elif [ -n "$(TORCH)" ]; then \
+		$(BIN)/python -m pip install $(TORCH); \
+	fi
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=.
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+# Execute every lecture headless: `make course` (FAST) or `make course FULL=1` (GPU-sized).
+course: setup
+	$(BIN)/python -m seqlab.course $(if $(FULL),--full) --out executed $(NOTEBOOKS)
+
+clean:
+	rm -rf executed results .pytest_cache .ruff_cache
