@@ -1,5 +1,6 @@
 import math
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -154,6 +155,20 @@ def test_kneser_ney_uses_continuation_counts():
     assert jm.prob("glasses", ("zebra",)) < jm.prob("francisco", ("zebra",))
 
 
+def test_estimated_discounts():
+    corpus = random_corpus(2, n_sent=60)
+    lm = NGramLM(3, "kneser-ney", discount="auto").fit(corpus)
+    trigrams = Counter(
+        tuple(p[i : i + 3]) for s in corpus for p in [["<s>", "<s>", *s, "</s>"]]
+        for i in range(len(p) - 2)
+    )
+    n1 = sum(c == 1 for c in trigrams.values())
+    n2 = sum(c == 2 for c in trigrams.values())
+    assert lm._discounts[3] == pytest.approx(n1 / (n1 + 2 * n2))
+    for h in [(), ("w1", "w2"), ("never", "seen")]:
+        assert sum(lm.prob(w, h) for w in lm.vocab) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_interpolation_weights():
     lm = NGramLM(2, "interpolated", lambdas=(0.6, 0.9)).fit(CORPUS)
     v = len(lm.vocab)
@@ -239,3 +254,6 @@ def test_feedforward_lm_learns_the_toy_language():
     torch.testing.assert_close(lps, manual.detach())
     unigram = NGramLM(1, "add-k").fit(train).perplexity(test)
     assert perplexity(lps) < 0.6 * unigram
+    sample = model.sample(vocab.bos_id, vocab.eos_id, seed=4)
+    assert sample == model.sample(vocab.bos_id, vocab.eos_id, seed=4) and len(sample) <= 30
+    assert vocab.eos_id not in sample

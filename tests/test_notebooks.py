@@ -2,11 +2,14 @@
 
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
+from conftest import SHARED_DATA
 
 from seqlab.course import NOTEBOOKS, run_notebook
+from seqlab.data import data_home
 
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
@@ -32,8 +35,19 @@ def test_committed_clean_with_the_course_header(path):
     assert 'os.environ.get("SEQLAB_FAST"' in params.source
 
 
+@pytest.fixture
+def corpus_cache():
+    """Fill the (temporary) data cache with the real corpora this machine has, so the lectures
+    run on real text in CI; without them they fall back to the toy language."""
+    for relative in ("tinyshakespeare/input.txt",):
+        if (SHARED_DATA / relative).exists():
+            target = data_home() / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(SHARED_DATA / relative, target)
+
+
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
-def test_runs_in_fast_mode(path, tmp_path, notebook_times):
+def test_runs_in_fast_mode(path, tmp_path, notebook_times, corpus_cache):
     seconds = run_notebook(path, tmp_path)
     notebook_times[path.name] = seconds
     results = tmp_path / "results" / f"{path.stem}.json"

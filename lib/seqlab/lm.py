@@ -73,6 +73,8 @@ class NGramLM:
       ``lambdas`` gives lam for orders n, n-1, ..., 1 (default 0.7 each, 0.99 for unigrams).
     - ``"kneser-ney"``: interpolated Kneser-Ney with absolute discount ``discount`` (0.75) at
       every order, continuation counts N1+(. h w) below the top order, a uniform floor.
+      ``discount="auto"`` estimates one discount per order as n1 / (n1 + 2 n2) from the counts
+      of counts (Ney, Essen & Kneser 1994), which suits small corpora better than 0.75.
 
     ``vocab`` is what the model predicts: every training word, ``<unk>`` and ``</s>`` (not ``<s>``).
     For every history, seen or not, ``prob`` sums to 1 over ``vocab`` for every smoothing but MLE.
@@ -83,7 +85,7 @@ class NGramLM:
         n: int,
         smoothing: str = "mle",
         k: float = 1.0,
-        discount: float = 0.75,
+        discount: float | str = 0.75,
         lambdas: Sequence[float] | None = None,
     ):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -92,13 +94,13 @@ class NGramLM:
             raise ValueError(f"smoothing must be one of {SMOOTHINGS}, got {smoothing!r}")
         if not isinstance(k, (int, float)) or k < 0:
             raise ValueError(f"k must be a number >= 0, got {k!r}")
-        if not isinstance(discount, (int, float)) or not 0 < discount <= 1:
-            raise ValueError(f"discount must be in (0, 1], got {discount!r}")
+        if discount != "auto" and (not isinstance(discount, (int, float)) or not 0 < discount <= 1):
+            raise ValueError(f"discount must be in (0, 1] or 'auto', got {discount!r}")
         if lambdas is None:
             lambdas = [0.7] * (n - 1) + [0.99]
         if len(lambdas) != n or any(not 0 <= lam <= 1 for lam in lambdas):
             raise ValueError(f"lambdas must be {n} weights in [0, 1] (orders n..1), got {lambdas}")
-        self.n, self.smoothing, self.k, self.discount = n, smoothing, float(k), float(discount)
+        self.n, self.smoothing, self.k, self.discount = n, smoothing, float(k), discount
         self.lambdas = tuple(float(lam) for lam in lambdas)  # lambdas[0] is order n
         self.vocab: list[str] = []
         self._fitted = False
@@ -132,8 +134,17 @@ class NGramLM:
             tables[m] = lower
         self._tables = {m: dict(t) for m, t in tables.items()}
         self._totals = {m: {h: sum(c.values()) for h, c in t.items()} for m, t in tables.items()}
+        self._discounts = {m: self._estimate_discount(t) if self.discount == "auto"
+                           else float(self.discount) for m, t in tables.items()}
         self._fitted = True
         return self
+
+    @staticmethod
+    def _estimate_discount(table: dict) -> float:
+        """n1 / (n1 + 2 n2): n1, n2 = how many n-grams occur exactly once, twice."""
+        freq = Counter(c for nexts in table.values() for c in nexts.values())
+        n1, n2 = freq.get(1, 0), freq.get(2, 0)
+        return n1 / (n1 + 2 * n2) if n1 > 0 else 0.5
 
     # ------------------------------------------------------------------ probabilities
     def _require_fit(self):
@@ -154,7 +165,7 @@ class NGramLM:
             return None, 0, 0.0, 1.0
         total = self._totals[m][history]
         if self.smoothing == "kneser-ney":
-            return counts, total, None, self.discount * len(counts) / total
+            return counts, total, None, self._discounts[m] * len(counts) / total
         lam = self.lambdas[self.n - m]
         return counts, total, lam, 1.0 - lam
 
@@ -179,7 +190,7 @@ class NGramLM:
             if counts is None:
                 continue
             c = counts.get(word, 0)
-            top = max(c - self.discount, 0.0) if lam is None else lam * c
+            top = max(c - self._discounts[m], 0.0) if lam is None else lam * c
             p = top / total + backoff * p
         return p
 
@@ -204,7 +215,8 @@ class NGramLM:
             p *= backoff
             ids = np.fromiter((index[w] for w in counts), dtype=np.int64, count=len(counts))
             c = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-            p[ids] += (np.maximum(c - self.discount, 0.0) if lam is None else lam * c) / total
+            top = np.maximum(c - self._discounts[m], 0.0) if lam is None else lam * c
+            p[ids] += top / total
         return p
 
     def logprob(self, word: str, context: Sequence[str] = ()) -> float:
@@ -277,6 +289,21 @@ class FeedForwardLM(nn.Module):
         x = self.embed(context).flatten(1)
         logits = self.out(torch.tanh(self.hidden(x)))
         return logits + self.direct(x) if self.direct is not None else logits
+
+    @torch.no_grad()
+    def sample(self, bos_id: int, eos_id: int, max_len: int = 30, seed: int = 0) -> list[int]:
+        """Draw token ids from the model until ``eos_id`` (not returned) or ``max_len`` tokens."""
+        generator = torch.Generator().manual_seed(seed)
+        device = next(self.parameters()).device
+        window, out = [bos_id] * self.context_size, []
+        for _ in range(max_len):
+            logits = self(torch.tensor([window], device=device)).float().cpu()
+            token = int(torch.multinomial(logits.softmax(-1)[0], 1, generator=generator))
+            if token == eos_id:
+                break
+            out.append(token)
+            window = window[1:] + [token]
+        return out
 
 
 def ngram_windows(sentences_ids: Sequence[Sequence[int]], context_size: int, bos_id: int,
