@@ -1,0 +1,59 @@
+"""python -m autograder: release, grade and self-test the course's assignments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .course import COURSE, check_assignment
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    parser.add_argument("--course", type=Path, default=COURSE,
+                        help="nbgrader course folder (default: the repository's assignments/)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("release", help="write the student version of an assignment")
+    p.add_argument("assignment")
+    p.add_argument("--out", type=Path, required=True, help="folder to write the release into")
+
+    p = commands.add_parser("grade", help="autograde a folder or LMS zip of submissions")
+    p.add_argument("assignment")
+    p.add_argument("--submissions", type=Path, required=True,
+                   help="folder with one sub-folder per student, or a zip export")
+    p.add_argument("--out", type=Path, required=True,
+                   help="writes grades.csv, feedback/<student>/ and the working course")
+    p.add_argument("--timeout-cell", type=int, default=30, help="seconds per cell (default 30)")
+
+    p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
+    p.add_argument("assignment", nargs="*", help="default: every assignment")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "release":
+            from .release import release
+
+            print(f"release written to {release(args.assignment, args.out, args.course)}")
+        elif args.command == "grade":
+            from .grade import grade
+
+            rows = grade(check_assignment(args.assignment, args.course), args.submissions,
+                         args.out, args.course, timeout_cell=args.timeout_cell)
+            print(f"{len(rows)} submission(s) graded; see {args.out / 'grades.csv'}")
+        else:
+            from .selftest import selftest_all
+
+            failures = selftest_all(args.assignment or None, args.course)
+            for failure in failures:
+                print("FAIL:", failure, file=sys.stderr)
+            return 1 if failures else 0
+    except (ValueError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
