@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH  ?=
 NOTEBOOKS ?=
 
-.PHONY: setup lab test course clean
+.PHONY: setup lab test course release grade selftest clean
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,17 @@ test: setup
 # Execute every lecture headless: `make course` (FAST) or `make course FULL=1` (GPU-sized).
 course: setup
 	$(BIN)/python -m seqlab.course $(if $(FULL),--full) --out executed $(NOTEBOOKS)
+
+# Instructors: make release A=01_language_models OUT=release/
+#              make grade A=01_language_models SUBMISSIONS=submissions.zip OUT=graded/
+release: setup
+	$(BIN)/python -m autograder release $(A) --out $(OUT)
+
+grade: setup
+	$(BIN)/python -m autograder grade $(A) --submissions $(SUBMISSIONS) --out $(OUT)
+
+selftest: setup
+	$(BIN)/python -m autograder selftest $(A)
 
 clean:
 	rm -rf executed results .pytest_cache .ruff_cache
