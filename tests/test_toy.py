@@ -106,6 +106,17 @@ def test_agreement_is_out_of_a_trigrams_reach():
     assert total > 1000 and mixed / total > 0.35
 
 
+def test_main_verb_position():
+    assert LANG.main_verb("the cat that the dogs see sleeps quietly") == (6, "sg")
+    assert LANG.main_verb("some cats like a dog") == (2, "pl")
+    assert LANG.main_verb("the cat that the dogs see sleep") is None
+    for s in LANG.sample(300, seed=9):
+        i, number = LANG.main_verb(s)
+        assert s.split()[i] in LANG.verbs(number)
+    with pytest.raises(ValueError, match="number must be"):
+        LANG.verbs("dual")
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, "3"])
 def test_bad_sample_sizes(bad):
     with pytest.raises((ValueError, TypeError), match="n must be"):

@@ -20,6 +20,8 @@ import random
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
+
 
 def _check_count(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
@@ -186,6 +188,45 @@ class ToyLanguage:
         else:
             return -math.inf
         return lp
+
+    def main_verb(self, sentence: str) -> tuple[int, str] | None:
+        """(position, "sg" or "pl") of the main verb, which agrees with the subject; None if
+        the sentence is not in the language. Used to score long-range agreement."""
+        words = sentence.split() if isinstance(sentence, str) else None
+        if words is None:
+            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+        if self.logprob(sentence) == -math.inf:
+            return None
+        _, i, number = self._parse_np(words, 0, 0, clause=True)
+        return i, number
+
+    def agreement_accuracy(self, sentences: list[str], next_word_probs) -> tuple[float, int]:
+        """How often a model prefers the right number for the main verb, across a relative clause.
+
+        Only sentences with a relative clause count (there the subject is 4+ words back).
+        ``next_word_probs(prefixes, words)`` returns an array [len(prefixes), len(words)] of
+        P(word | prefix). A prediction is right when the verbs of the subject's number get more
+        probability in total than those of the other number. Returns (accuracy, items scored).
+        """
+        items = []
+        for sentence in sentences:
+            found = self.main_verb(sentence)
+            words = sentence.split()
+            if found and "that" in words[: found[0]]:
+                items.append((words[: found[0]], found[1]))
+        if not items:
+            raise ValueError("no sentence with a relative clause to score")
+        sg, pl = list(self.verbs("sg")), list(self.verbs("pl"))
+        probs = np.asarray(next_word_probs([p for p, _ in items], sg + pl), dtype=np.float64)
+        says_sg = probs[:, : len(sg)].sum(1) > probs[:, len(sg) :].sum(1)
+        right = [(number == "sg") == bool(s) for (_, number), s in zip(items, says_sg)]
+        return float(np.mean(right)), len(items)
+
+    def verbs(self, number: str) -> tuple[str, ...]:
+        """Every verb form of a number ("sg" or "pl"), transitive and intransitive."""
+        if number not in ("sg", "pl"):
+            raise ValueError(f"number must be 'sg' or 'pl', got {number!r}")
+        return _TRANSITIVE[number] + _INTRANSITIVE[number]
 
     # -- exact entropy
     @staticmethod
