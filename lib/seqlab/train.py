@@ -121,7 +121,8 @@ def fit(
             history.step_loss.append(loss.item())
             epoch_total += history.step_loss[-1]
             epoch_count += 1
-            bar.set_postfix(loss=f"{history.step_loss[-1]:.3f}")
+            # refresh=False: a redraw per step makes Jupyter, not training, the bottleneck
+            bar.set_postfix(loss=f"{history.step_loss[-1]:.3f}", refresh=False)
             if max_steps is not None and steps >= max_steps:
                 break
         history.train_loss.append(epoch_total / max(epoch_count, 1))
