@@ -54,6 +54,25 @@ def expect_counts(actual, expected: dict, what: str) -> None:
     )
 
 
+def expect_array(actual, expected, what: str, rtol: float = 1e-7, atol: float = 1e-10) -> None:
+    """``actual`` must be a NumPy array (not a tensor, not a list) of ``expected``'s shape, with
+    a float dtype, close to ``expected``."""
+    import numpy as np
+
+    if type(actual) is not np.ndarray:
+        raise AssertionError(f"{what} should be a numpy.ndarray, got {type(actual).__name__}")
+    assert actual.shape == expected.shape, (
+        f"{what} should have shape {expected.shape}, got {actual.shape}"
+    )
+    assert np.issubdtype(actual.dtype, np.floating), (
+        f"{what} should hold floats, got dtype {actual.dtype}"
+    )
+    assert np.allclose(actual, expected, rtol=rtol, atol=atol), (
+        f"{what}: values differ from the expected ones "
+        f"(largest difference {np.abs(actual - expected).max():.3g})"
+    )
+
+
 def expect_tensor(actual, expected, what: str, rtol: float = 1e-7, atol: float = 1e-9) -> None:
     """``actual`` must be a torch.Tensor with ``expected``'s shape and dtype, and close to it."""
     import torch
@@ -73,17 +92,22 @@ def expect_tensor(actual, expected, what: str, rtol: float = 1e-7, atol: float =
 
 
 def _package_dir(name: str) -> str | None:
-    spec = importlib.util.find_spec(name)
+    """The source folder of a package or subpackage ("seqlab", "torch.autograd")."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return str(Path(next(iter(spec.submodule_search_locations))).resolve())
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve()) + "/"
 
 
 def own_work(fn, *args, forbidden=("seqlab", "nltk"), **kwargs):
     """Call ``fn(*args, **kwargs)`` and fail if it runs code from a ``forbidden`` package.
 
     Catches the reference implementation however it was imported or renamed, because it
-    watches which source files the call executes.
+    watches which source files the call executes. Subpackages work too: forbidding
+    ``"torch.autograd"`` rejects answers that let autograd compute a gradient asked for by hand.
     """
     dirs = {name: d for name in forbidden if (d := _package_dir(name))}
     used: set[str] = set()

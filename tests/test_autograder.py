@@ -8,7 +8,7 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.course import COURSE, source_notebook
+from autograder.course import COURSE, assignments, source_notebook
 from autograder.grade import grade
 from autograder.release import ReleaseLeak, leaks, release
 from autograder.selftest import selftest
@@ -133,5 +133,27 @@ def test_unknown_assignment(tmp_path):
         grade("99_nothing", tmp_path, tmp_path / "out")
 
 
-def test_selftest_passes():
-    assert selftest(A, log=lambda *a: None) == []
+@pytest.mark.parametrize("assignment", assignments())
+def test_selftest_passes(assignment):
+    assert selftest(assignment, log=lambda *a: None) == []
+
+
+def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
+    nb = nbformat.read(source_notebook("02_rnn_backprop"), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "softmax_ce":
+            cell.source = (
+                "import torch\n\n"
+                "def softmax_ce_grad(z, k):\n"
+                "    t = torch.tensor(z, requires_grad=True)\n"
+                "    (-torch.log_softmax(t, 0)[k]).backward()\n"
+                "    return t.grad.numpy()\n\n"
+                "def output_weight_grad(h, z, k):\n"
+                "    return softmax_ce_grad(z, k)[:, None] * h[None, :]\n"
+            )
+    (tmp_path / "subs" / "cheater").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "subs" / "cheater" / "hw.ipynb")
+    (row,) = grade("02_rnn_backprop", tmp_path / "subs", tmp_path / "out", log=lambda *a: None)
+    assert row["score"] == 14 - 3  # both part-1 cells (3 points), nothing else
+    feedback = (tmp_path / "out" / "feedback" / "cheater" / "feedback.json").read_text()
+    assert "calls torch.autograd" in feedback
