@@ -152,6 +152,16 @@ def test_step_interface_matches_teacher_forcing(attention):
     model(src, lengths, tgt_in, teacher_forcing=0.5)  # scheduled sampling path runs
 
 
+def test_alignment_agreement():
+    from seqlab.seq2seq import alignment_agreement
+
+    weights = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.2, 0.8], [0.1, 0.8, 0.1]])
+    assert alignment_agreement([weights], [[(0, 0), (2, 1), (1, 2)]]) == 1.0
+    assert alignment_agreement([weights], [[(0, 0), (1, 1), (2, 2)]]) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="no aligned"):
+        alignment_agreement([weights], [[]])
+
+
 def test_greedy_stops_at_eos_and_learns_to_copy():
     pairs = ToyTranslation(max_clauses=1).sample(400, seed=0)
     sv = Vocab.build([p.source.split() for p in pairs])

@@ -36,14 +36,17 @@ def test_committed_clean_with_the_course_header(path):
 
 
 @pytest.fixture
-def corpus_cache():
-    """Fill the (temporary) data cache with the real corpora this machine has, so the lectures
-    run on real text in CI; without them they fall back to the toy language."""
+def corpus_cache(monkeypatch):
+    """Give the lectures the real corpora this machine has, so they run on real text in CI
+    (through the verified cache, or a user's own file); without them they use toy data."""
     for relative in ("tinyshakespeare/input.txt",):
         if (SHARED_DATA / relative).exists():
             target = data_home() / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(SHARED_DATA / relative, target)
+    tatoeba = SHARED_DATA / "tatoeba-fra-eng" / "fra.txt"
+    if tatoeba.exists():
+        monkeypatch.setenv("SEQLAB_TATOEBA_FILE", str(tatoeba))
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)

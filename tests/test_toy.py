@@ -174,6 +174,11 @@ def test_worked_translation_with_agreement_and_synonyms():
                 assert noun in {"chat", "chien", "garçon", "livre", "arbre"}
 
 
+def test_source_nouns():
+    nouns = MT.source_nouns()
+    assert {"cat", "cats", "house", "houses"} <= nouns and "big" not in nouns
+
+
 def test_algorithmic_tasks():
     for src, tgt in copy_task(20, seed=1):
         assert src == tgt

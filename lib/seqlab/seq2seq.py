@@ -251,3 +251,46 @@ def translate(model: Seq2Seq, sentences: list[str], src_vocab, tgt_vocab, max_le
         ids, _ = model.greedy(src.to(device), lengths.to(device), max_len)
         out += [" ".join(tgt_vocab.decode(x)) for x in ids]
     return out
+
+
+def build_model(src_vocab_size: int, tgt_vocab_size: int, bos_id: int, eos_id: int,
+                attention: bool, score: str = "additive", embed_dim: int = 64,
+                hidden_dim: int = 128, cell: str = "gru", pad_id: int = 0) -> Seq2Seq:
+    """The encoder-decoder of lectures 03 and 04, with or without attention."""
+    encoder = Encoder(src_vocab_size, embed_dim, hidden_dim, cell=cell, pad_id=pad_id)
+    decoder = (AttentionDecoder(tgt_vocab_size, encoder.output_dim, embed_dim, hidden_dim, cell,
+                                score, pad_id) if attention
+               else Decoder(tgt_vocab_size, embed_dim, hidden_dim, cell, pad_id))
+    return Seq2Seq(encoder, decoder, bos_id, eos_id, pad_id)
+
+
+def bleu_by_length(sources: list[str], outputs: list[str], references: list[list[str]],
+                   buckets: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Corpus BLEU of the sentences whose source length (in words) falls in each bucket."""
+    from .bleu import corpus_bleu
+
+    scores = {}
+    for label, (low, high) in buckets.items():
+        idx = [i for i, s in enumerate(sources) if low <= len(s.split()) <= high]
+        if idx:
+            scores[label] = corpus_bleu([outputs[i] for i in idx],
+                                        [references[i] for i in idx]).score
+    return scores
+
+
+def alignment_agreement(attention: list[torch.Tensor], alignments: list[list[tuple[int, int]]]
+                        ) -> float:
+    """Share of target words whose most-attended source word is their gold alignment.
+
+    ``attention[k]`` is [target length, source length] for sentence k; ``alignments[k]`` lists
+    (source position, target position) pairs, as ``ToyTranslation`` gives them.
+    """
+    hits = total = 0
+    for weights, gold in zip(attention, alignments):
+        for src_pos, tgt_pos in gold:
+            if tgt_pos < weights.shape[0]:
+                hits += int(weights[tgt_pos].argmax().item() == src_pos)
+                total += 1
+    if total == 0:
+        raise ValueError("no aligned target word to score")
+    return hits / total

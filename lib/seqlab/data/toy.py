@@ -355,6 +355,11 @@ class ToyTranslation:
         self.p_adj = float(p_adj)
         self.p_transitive = float(p_transitive)
 
+    @staticmethod
+    def source_nouns() -> set[str]:
+        """Every English noun form (singular and plural) the task uses."""
+        return {form for noun in _MT_NOUNS for form in (noun, noun + "s")}
+
     def _np(self, rng: random.Random) -> list[tuple]:
         """An NP as a list of (english, kind, key, gender, number) in source order."""
         number = rng.choice(("sg", "pl"))
