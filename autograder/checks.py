@@ -102,18 +102,21 @@ def _package_dir(name: str) -> str | None:
     return str(Path(next(iter(spec.submodule_search_locations))).resolve()) + "/"
 
 
-def own_work(fn, *args, forbidden=("seqlab", "nltk"), **kwargs):
+def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwargs):
     """Call ``fn(*args, **kwargs)`` and fail if it runs code from a ``forbidden`` package.
 
     Catches the reference implementation however it was imported or renamed, because it
     watches which source files the call executes. Subpackages work too: forbidding
     ``"torch.autograd"`` rejects answers that let autograd compute a gradient asked for by hand.
+    ``forbidden_calls`` lists compiled functions (e.g. torch's fused attention) that count too.
     """
     dirs = {name: d for name in forbidden if (d := _package_dir(name))}
     used: set[str] = set()
 
     def profiler(frame, event, arg):
-        if event == "call":
+        if event == "c_call" and any(arg is f for f in forbidden_calls):
+            used.add(getattr(arg, "__name__", repr(arg)))
+        elif event == "call":
             filename = frame.f_code.co_filename
             for name, directory in dirs.items():
                 if filename.startswith(directory):

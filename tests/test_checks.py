@@ -81,3 +81,17 @@ def test_own_work_catches_autograd():
     assert own_work(by_hand, np.ones(2), forbidden=forbidden).tolist() == [2.0, 2.0]
     with pytest.raises(AssertionError, match="calls torch.autograd"):
         own_work(by_autograd, np.ones(2), forbidden=forbidden)
+
+
+def test_own_work_catches_compiled_functions():
+    import torch.nn.functional as F
+
+    q = torch.randn(1, 2, 3)
+
+    def fused(q):
+        return F.scaled_dot_product_attention(q, q, q)
+
+    with pytest.raises(AssertionError, match="calls scaled_dot_product_attention"):
+        own_work(fused, q, forbidden_calls=(F.scaled_dot_product_attention,))
+    own_work(lambda q: torch.softmax(q @ q.transpose(1, 2), -1) @ q, q,
+             forbidden_calls=(F.scaled_dot_product_attention,))
