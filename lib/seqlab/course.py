@@ -40,7 +40,7 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
     import nbformat
     from nbclient import NotebookClient
 
-    path, out_dir = Path(path), Path(out_dir)
+    path, out_dir = Path(path).resolve(), Path(out_dir).resolve()  # the kernel runs elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
