@@ -85,12 +85,16 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
         row = {"student_id": student, "assignment": assignment, "score": 0.0,
                "max_score": max_score, "status": "graded", "message": ""}
         results: list[dict] = []
-        problem = sub.problem or _prepare(
-            sub.notebook, work / "submitted" / student / assignment / f"{assignment}.ipynb")
-        if problem:
-            row.update(status="ungradable", message=problem)
-        else:
-            row, results = _autograde(work, assignment, student, row, timeout_cell)
+        try:
+            problem = sub.problem or _prepare(
+                sub.notebook, work / "submitted" / student / assignment / f"{assignment}.ipynb")
+            if problem:
+                row.update(status="ungradable", message=problem)
+            else:
+                row, results = _autograde(work, assignment, student, row, timeout_cell)
+        except Exception as err:  # an autograder failure on one student must not stop the rest
+            row.update(status="error", message=f"grading failed ({type(err).__name__}: "
+                                               f"{str(err)[:200]}); please report this")
         rows.append(row)
         write_feedback(out / "feedback" / student, row, results)
         _write_csv(out / "grades.csv", rows)

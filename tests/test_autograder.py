@@ -157,3 +157,22 @@ def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
     assert row["score"] == 14 - 3  # both part-1 cells (3 points), nothing else
     feedback = (tmp_path / "out" / "feedback" / "cheater" / "feedback.json").read_text()
     assert "calls torch.autograd" in feedback
+
+
+def test_a_grader_crash_on_one_student_costs_only_that_row(tmp_path, monkeypatch):
+    import autograder.grade as grading
+
+    def flaky(work, assignment, student, row, timeout_cell):
+        if student == "bob":
+            raise RuntimeError("gradebook locked")
+        return {**row, "score": 1.0}, []
+
+    monkeypatch.setattr(grading, "_autograde", flaky)
+    for student in ("alice", "bob", "carol"):
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        shutil.copy(source_notebook(A), tmp_path / "subs" / student / "hw.ipynb")
+    rows = {r["student_id"]: r for r in grade(A, tmp_path / "subs", tmp_path / "out",
+                                              log=lambda *a: None)}
+    assert rows["alice"]["score"] == rows["carol"]["score"] == 1.0
+    assert rows["bob"]["status"] == "error" and "gradebook locked" in rows["bob"]["message"]
+    assert (tmp_path / "out" / "grades.csv").read_text().count("\n") == 4
