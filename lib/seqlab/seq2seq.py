@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import make_score, masked_softmax
+from .bleu import corpus_bleu
 from .data import pad_batch
 
 _RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -103,9 +104,7 @@ class AttentionDecoder(Decoder):
                  hidden_dim: int = 128, cell: str = "gru", score: str = "additive",
                  pad_id: int = 0):
         super().__init__(vocab_size, embed_dim, hidden_dim, cell, pad_id)
-        self.score = make_score(score, hidden_dim, enc_dim)
-        if isinstance(self.score, nn.Module):
-            self.score_module = self.score  # registered, so its weights train and move
+        self.score = make_score(score, hidden_dim, enc_dim)  # a Module registers itself
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim)
 
     def attention(self, states, enc_outputs, src_mask):
@@ -267,8 +266,6 @@ def build_model(src_vocab_size: int, tgt_vocab_size: int, bos_id: int, eos_id: i
 def bleu_by_length(sources: list[str], outputs: list[str], references: list[list[str]],
                    buckets: dict[str, tuple[int, int]]) -> dict[str, float]:
     """Corpus BLEU of the sentences whose source length (in words) falls in each bucket."""
-    from .bleu import corpus_bleu
-
     scores = {}
     for label, (low, high) in buckets.items():
         idx = [i for i, s in enumerate(sources) if low <= len(s.split()) <= high]
