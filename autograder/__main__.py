@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,22 @@ def main(argv=None) -> int:
                    help="folder with one sub-folder per student, or a zip export")
     p.add_argument("--out", type=Path, required=True,
                    help="writes grades.csv, feedback/<student>/ and the working course")
-    p.add_argument("--timeout-cell", type=int, default=30, help="seconds per cell (default 30)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="submissions graded at once (default: the CPU count)")
+    p.add_argument("--timeout-cell", type=float, default=30,
+                   help="seconds per cell and per test cell (default 30)")
+    p.add_argument("--timeout-notebook", type=float, default=300,
+                   help="seconds per submission, all cells together (default 300)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="memory per submission in MB (default 4096)")
+    p.add_argument("--max-procs", type=int, default=256,
+                   help="processes and threads per submission (default 256)")
+    p.add_argument("--late-policy", type=Path, default=None,
+                   help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
+    p.add_argument("--timestamps", type=Path, default=None,
+                   help="CSV (student_id, timestamp) from the LMS: trusted submission times")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run student code without isolation (only for code you trust)")
 
     p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")
@@ -39,8 +55,16 @@ def main(argv=None) -> int:
         elif args.command == "grade":
             from .grade import grade
 
+            from .late import load_policy
+            from .sandbox import Limits
+
+            limits = Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb,
+                            args.max_procs)
+            policy = load_policy(args.late_policy or args.course / "late_policy.toml")
             rows = grade(check_assignment(args.assignment, args.course), args.submissions,
-                         args.out, args.course, timeout_cell=args.timeout_cell)
+                         args.out, args.course, limits=limits, workers=args.workers,
+                         unsafe=args.unsafe_no_sandbox, policy=policy,
+                         timestamps=args.timestamps)
             print(f"{len(rows)} submission(s) graded; see {args.out / 'grades.csv'}")
         else:
             from .selftest import selftest_all

@@ -110,6 +110,11 @@ def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwar
     ``"torch.autograd"`` rejects answers that let autograd compute a gradient asked for by hand.
     ``forbidden_calls`` lists compiled functions (e.g. torch's fused attention) that count too.
     """
+    remote = sys.modules.get("autograder.remote")
+    if remote is not None and isinstance(fn, remote.StudentObject):
+        # graded in the sandbox: withheld packages are absent there; watch for the rest
+        calls = [(getattr(f, "__module__", None) or "", f.__qualname__) for f in forbidden_calls]
+        return fn._session.call(fn, args, kwargs, monitor=(list(forbidden), calls))
     dirs = {name: d for name in forbidden if (d := _package_dir(name))}
     used: set[str] = set()
 

@@ -1,32 +1,50 @@
-"""Grade every submission with nbgrader; every submission ends as exactly one row.
+"""Grade every submission of an assignment; every submission ends as exactly one row.
 
-Each student is autograded by a separate ``nbgrader autograde --student`` process, so a notebook
-that crashes the kernel, loops or breaks nbgrader costs only its own row. grades.csv is rewritten
-(atomically) after every student, so an interrupted run keeps the grades it has.
+Submissions are graded concurrently by a pool of worker processes. Each worker starts one
+sandbox per submission for the student's code and runs the hidden tests itself (see execute.py);
+workers never run student code, and only this process writes grades: grades.csv (rewritten
+atomically after every student, so an interrupted run keeps what it has), feedback/<student>/,
+the autograded notebook for formgrader, and nbgrader's gradebook (so ``nbgrader export`` agrees).
 """
 
 from __future__ import annotations
 
 import csv
+import multiprocessing
 import os
-import subprocess
+import shutil
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
 
-from .course import COURSE, check_assignment, generate, nbgrader, source_notebook, working_course
-from .feedback import test_results, write_feedback
+from . import gradebook
+from .course import COURSE, check_assignment, generate, source_notebook, working_course
+from .feedback import write_feedback
+from .late import LatePolicy, load_timestamps
+from .normalize import Step, master_step, plan, read_notebook
+from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
 
 COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "message")
 
+_sandbox: Sandbox | None = None  # one per worker process
 
-def _max_score(assignment: str, course: Path) -> float:
-    nb = nbformat.read(source_notebook(assignment, course), as_version=4)
-    return float(sum(c.metadata.get("nbgrader", {}).get("points", 0) or 0 for c in nb.cells
-                     if c.metadata.get("nbgrader", {}).get("grade")))
+
+def _start_worker(support: str, limits: Limits, unsafe: bool) -> None:
+    global _sandbox
+    _sandbox = Sandbox(Path(support), limits, unsafe, write=False)
+
+
+def _grade_one(steps: list[Step], name: str, scratch: str) -> dict:
+    from .execute import Grading
+
+    try:
+        return Grading(steps, _sandbox, name, Path(scratch)).run()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -38,91 +56,143 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def _prepare(notebook: Path, dest: Path) -> str:
-    """Copy a readable notebook to nbgrader's submitted/ layout; return a problem or ''."""
-    try:
-        nb = nbformat.read(notebook, as_version=4)
-    except Exception as err:  # any parse failure means the file cannot be graded
-        return f"unreadable notebook ({type(err).__name__}: {str(err)[:200]})"
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
-                                 "name": "python3"}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    return ""
+def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict) -> nbformat.NotebookNode:
+    """The notebook as graded, for formgrader: test cells show the release version (no hidden
+    tests), so even nbgrader's own feedback cannot leak them."""
+    public = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]
+              for c in release["cells"]}
+    nb = nbformat.v4.new_notebook(metadata={k: v for k, v in release["metadata"].items()
+                                            if k in ("kernelspec", "language_info")})
+    for step, out in zip(steps, outputs, strict=True):
+        if step.kind == "markdown":
+            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
+            continue
+        source = public.get(step.grade_id, step.source) if step.kind == "test" else step.source
+        cell = nbformat.v4.new_code_cell(source, metadata=step.metadata)
+        for stream in ("stdout", "stderr"):
+            if out.get(stream):
+                cell.outputs.append(nbformat.v4.new_output("stream", name=stream,
+                                                           text=out[stream]))
+        if out.get("error"):
+            ename, evalue = out["error"]
+            cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                                       traceback=[f"{ename}: {evalue}"]))
+        nb.cells.append(cell)
+    return nb
 
 
-def _gradebook_scores(work: Path, assignment: str, student: str):
-    from nbgrader.api import Gradebook, MissingEntry
+class _Run:
+    """Bookkeeping for one grading run: rows in submission order, written after each result."""
 
-    with Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:
-        try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return None
-        grades = {g.name: (float(g.score), float(g.max_score))
-                  for nb in sub.notebooks for g in nb.grades}
-        return float(sub.score), float(sub.max_score), grades
+    def __init__(self, assignment, out, work, max_score, release, policy, timestamps, log):
+        self.assignment, self.out, self.work = assignment, out, work
+        self.max_score, self.release, self.policy = max_score, release, policy
+        self.timestamps, self.log = timestamps, log
+        self.rows: dict[int, dict] = {}
+
+    def row(self, student: str, **fields) -> dict:
+        return {"student_id": student, "assignment": self.assignment, "score": 0.0,
+                "max_score": self.max_score, "status": "graded", "message": "", **fields}
+
+    def finish(self, order: int, sub, student: str, steps, result: dict | None,
+               row: dict, seconds: float) -> None:
+        tests = result["tests"] if result else []
+        if result:
+            raw = sum(t["points"] for t in tests)
+            when = self.timestamps.get(student, sub.timestamp)
+            off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
+            message = " ".join(m for m in (result["message"], late) if m)
+            row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
+                       message=message)
+            try:
+                self._record(sub, student, steps, result, when, off)
+            except Exception as err:  # keep the row; say the gradebook copy is missing
+                row.update(status="error", message=f"{message} (not recorded in the gradebook: "
+                           f"{type(err).__name__}: {str(err)[:200]}; please report)".strip())
+        self.rows[order] = row
+        write_feedback(self.out / "feedback" / student, row, tests)
+        _write_csv(self.out / "grades.csv", [self.rows[k] for k in sorted(self.rows)])
+        self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
+                 f"{row['status']} {row['message']}")
+
+    def _record(self, sub, student, steps, result, when, off) -> None:
+        name = f"{self.assignment}.ipynb"
+        for stage in ("submitted", "autograded"):
+            folder = self.work / stage / student / self.assignment
+            folder.mkdir(parents=True, exist_ok=True)
+            if when is not None:
+                (folder / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        shutil.copyfile(sub.notebook, self.work / "submitted" / student / self.assignment / name)
+        nbformat.write(_graded_notebook(steps, result["outputs"], self.release),
+                       self.work / "autograded" / student / self.assignment / name)
+        gradebook.record(self.work, self.assignment, self.assignment, student, result["tests"],
+                         when, off, self.policy.due.get(self.assignment))
 
 
 def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
-          timeout_cell: int = 30, log=print) -> list[dict]:
+          limits: Limits | None = None, workers: int | None = None, unsafe: bool = False,
+          policy: LatePolicy | None = None, timestamps: Path | None = None,
+          log=print) -> list[dict]:
     """Grade all submissions of ``assignment``; write ``out/grades.csv`` and ``out/feedback/``."""
     check_assignment(assignment, course)
-    out = Path(out)
+    limits = limits or Limits()
+    workers = workers or os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    problem = "" if unsafe else sandbox_problem()
+    if problem:
+        raise RuntimeError(f"cannot sandbox student code: {problem}. Grading without a sandbox "
+                           "lets any submission read the hidden tests and rewrite grades; pass "
+                           "--unsafe-no-sandbox only if you trust every submission")
+    out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = working_course(assignment, out / "course", course)
     generate(assignment, work)
-    max_score = _max_score(assignment, course)
-    rows: list[dict] = []
-    seen: set[str] = set()
-    for sub in collect(Path(submissions), assignment, out / "scratch"):
-        student = sub.student_id
-        n = 2
+    master = read_notebook(source_notebook(assignment, course))
+    release = read_notebook(work / "release" / assignment / f"{assignment}.ipynb")
+    max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
+    run = _Run(assignment, out, work, max_score, release, policy or LatePolicy(),
+               load_timestamps(timestamps), log)
+    sandbox = Sandbox(out / "sandbox", limits, unsafe)
+    log(f"grading {assignment} with {workers} worker(s); {sandbox.limits_in_force}")
+
+    jobs, seen = [], set()
+    for order, sub in enumerate(collect(Path(submissions), assignment, out / "unpacked")):
+        student, n = sub.student_id, 2
         while student in seen:  # two folders that sanitise to the same id
             student, n = f"{sub.student_id}-{n}", n + 1
         seen.add(student)
-        start = time.perf_counter()
-        row = {"student_id": student, "assignment": assignment, "score": 0.0,
-               "max_score": max_score, "status": "graded", "message": ""}
-        results: list[dict] = []
-        try:
-            problem = sub.problem or _prepare(
-                sub.notebook, work / "submitted" / student / assignment / f"{assignment}.ipynb")
-            if problem:
-                row.update(status="ungradable", message=problem)
-            else:
-                row, results = _autograde(work, assignment, student, row, timeout_cell)
-        except Exception as err:  # an autograder failure on one student must not stop the rest
-            row.update(status="error", message=f"grading failed ({type(err).__name__}: "
-                                               f"{str(err)[:200]}); please report this")
-        rows.append(row)
-        write_feedback(out / "feedback" / student, row, results)
-        _write_csv(out / "grades.csv", rows)
-        log(f"{student}: {row['score']:g}/{row['max_score']:g} {row['status']} "
-            f"({time.perf_counter() - start:.1f} s) {row['message']}")
-    if not rows:
-        _write_csv(out / "grades.csv", rows)
-    return rows
+        problem = sub.problem
+        if not problem:
+            try:
+                steps = plan(master, read_notebook(sub.notebook))
+            except ValueError as err:
+                problem = str(err)
+        if problem:
+            run.finish(order, sub, student, None, None,
+                       run.row(student, status="ungradable", message=problem), 0.0)
+        else:
+            jobs.append((order, sub, student, steps))
+    if not jobs:
+        _write_csv(out / "grades.csv", [run.rows[k] for k in sorted(run.rows)])
+        return [run.rows[k] for k in sorted(run.rows)]
 
-
-def _autograde(work: Path, assignment: str, student: str, row: dict, timeout_cell: int):
-    try:
-        result = nbgrader("autograde", assignment, "--student", student, "--force",
-                          f"--Execute.timeout={timeout_cell}", cwd=work,
-                          timeout=max(600, 40 * timeout_cell))
-        log_tail = (result.stdout + result.stderr)[-2000:]
-    except subprocess.TimeoutExpired:
-        return {**row, "status": "timeout",
-                "message": "grading took too long (an infinite loop?); no test could finish"}, []
-    scores = _gradebook_scores(work, assignment, student)
-    if scores is None:
-        return {**row, "status": "error",
-                "message": "the notebook could not be graded: " + " ".join(log_tail.split())[-300:]
-                }, []
-    score, max_score, grades = scores
-    autograded = work / "autograded" / student / assignment / f"{assignment}.ipynb"
-    results = test_results(autograded, grades)
-    status = "graded" if result.returncode == 0 else "error"
-    message = "" if status == "graded" else "grading did not finish cleanly; tests that ran count"
-    return {**row, "score": score, "max_score": max_score, "status": status,
-            "message": message}, results
+    context = multiprocessing.get_context("spawn")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
+                             initializer=_start_worker,
+                             initargs=(str(sandbox.support), limits, unsafe)) as pool:
+        started = time.perf_counter()
+        futures = {pool.submit(_grade_one, steps, f"{os.getpid()}-{order}",
+                               str(out / "scratch" / student)): (order, sub, student, steps)
+                   for order, sub, student, steps in jobs}
+        for future in as_completed(futures):
+            order, sub, student, steps = futures[future]
+            try:
+                result, row = future.result(), run.row(student)
+            except Exception as err:  # a grader failure on one student must not stop the rest
+                result, row = None, run.row(student, status="error", message=(
+                    f"grading failed ({type(err).__name__}: {str(err)[:200]}); please report"))
+            run.finish(order, sub, student, steps, result, row, time.perf_counter() - started)
+    shutil.rmtree(out / "scratch", ignore_errors=True)
+    return [run.rows[k] for k in sorted(run.rows)]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -13,6 +15,13 @@ class Submission:
     student_id: str
     notebook: Path | None  # None when there is nothing gradable; ``problem`` says why
     problem: str = ""
+
+    @property
+    def timestamp(self) -> datetime | None:
+        """When the file arrived (for zip exports: the time the LMS stored for it)."""
+        if self.notebook is None:
+            return None
+        return datetime.fromtimestamp(self.notebook.stat().st_mtime, UTC)
 
 
 def safe_id(name: str) -> str:
@@ -36,6 +45,8 @@ def _extract(archive: Path, dest: Path) -> Path:
             if root in target.parents and not member.is_dir():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(member))
+                stamp = datetime(*member.date_time, tzinfo=UTC).timestamp()
+                os.utime(target, (stamp, stamp))
     return dest
 
 

@@ -1,0 +1,177 @@
+"""Grade one submission: run its cells in a sandbox, its tests in this (trusted) process.
+
+Test cells never run where student code runs. Their names resolve, in order, to what the
+instructor's cells defined here (imports, ``expect_float``, constants), to Python's builtins, and
+only then to the student's globals, fetched from the sandbox as plain data or as call-through
+handles. So a student who redefines ``expect_float``, patches ``math.isclose`` or numpy's testing,
+or breaks IPython changes nothing that decides a test.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import random
+import time
+from pathlib import Path
+
+from .normalize import Step
+from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
+
+MAX_OUTPUT = 10_000
+
+
+def _seed(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _names(code: str) -> tuple[set[str], set[str]]:
+    """(names a test reads that it does not bind, names it binds at top level)."""
+    tree = ast.parse(code)
+    loads, stores = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else stores).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stores.add(node.name)
+        elif isinstance(node, ast.arg):
+            stores.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stores.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            stores.add(node.name)
+    return loads - stores, stores
+
+
+def _short(text: str, limit: int = MAX_OUTPUT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more " \
+                                                          "characters truncated]"
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Grading:
+    """Runs a plan; collects per-cell outputs and per-test results."""
+
+    def __init__(self, steps: list[Step], sandbox, name: str, scratch: Path):
+        self.steps, self.sandbox, self.name, self.scratch = steps, sandbox, name, scratch
+        self.limits = sandbox.limits
+        self.trusted = {"__name__": TEST_MODULE, "__builtins__": builtins}
+        self.outputs: list[dict] = [{} for _ in steps]
+        self.tests: list[dict] = []
+        self.problems: list[str] = []
+        self.status = "graded"
+
+    def run(self) -> dict:
+        start = time.monotonic()
+        stop = ""
+        session = None
+        try:
+            session = Session(self.sandbox, self.name, self.scratch)
+            for i, step in enumerate(self.steps):
+                left = self.limits.timeout_notebook - (time.monotonic() - start)
+                if left <= 0:
+                    self.status = "timeout"
+                    stop = (f"the notebook ran past its total time limit of "
+                            f"{self.limits.timeout_notebook:g} s; later tests were not run")
+                    break
+                seconds = min(self.limits.timeout_cell, left)
+                if step.kind in ("code", "given"):
+                    self._cell(session, i, step, seconds)
+                elif step.kind == "test":
+                    self._test(session, i, step, seconds)
+        except SandboxGone as gone:
+            self.status = "timeout" if gone.timed_out else "crashed"
+            where = self._where(i)
+            stop = f"{where} {gone.reason}; tests that finished keep their points, later ones " \
+                   "score 0"
+        except ProtocolError as err:
+            self.status = "crashed"
+            stop = f"the notebook broke the grader's connection to it ({err}); tests that " \
+                   "finished keep their points, later ones score 0"
+        finally:
+            if session is not None:
+                session.close()
+        done = {t["test"] for t in self.tests}
+        for step in self.steps:
+            if step.kind == "test" and step.grade_id not in done:
+                done.add(step.grade_id)
+                self.tests.append({"test": step.grade_id, "points": 0.0,
+                                   "max_points": step.points, "passed": False,
+                                   "message": "not run: " + (stop or "the grading stopped")})
+        if stop:
+            self.problems.insert(0, stop)
+        return {"status": self.status, "message": " ".join(self.problems)[:1000],
+                "tests": self.tests, "outputs": self.outputs}
+
+    def _where(self, i: int) -> str:
+        step = self.steps[i]
+        return (f"during test {step.grade_id}," if step.kind == "test" else
+                f"in cell {i + 1} ({step.grade_id or 'your code'}),")
+
+    def _cell(self, session: Session, i: int, step: Step, seconds: float) -> None:
+        if step.kind == "given":
+            try:
+                exec(compile(step.source, f"<{step.grade_id}>", "exec"), self.trusted)
+            except Exception as exc:
+                self.problems.append(f"the instructor's cell {step.grade_id} failed in the "
+                                     f"grader ({_message(exc)}); please report this.")
+        reply = session.run_cell(step.source, i, seconds)
+        self.outputs[i] = {"stdout": _short(str(reply.get("stdout", ""))),
+                           "stderr": _short(str(reply.get("stderr", "")))}
+        if not reply.get("ok", False):
+            ename, evalue = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))[:500]
+            self.outputs[i]["error"] = (ename, evalue)
+            if ename == "CellTimeout":
+                self.status = "timeout"
+                self.problems.append(f"cell {i + 1} ran past the {seconds:g} s limit and was "
+                                     "stopped (an infinite loop?).")
+            elif ename == "SystemExit":
+                self.problems.append(f"cell {i + 1} called sys.exit() or exit(); that cell "
+                                     "stopped there, the rest ran.")
+            else:
+                self.problems.append(f"cell {i + 1} ({step.grade_id or 'your code'}) raised "
+                                     f"{ename}: {evalue[:200]}.")
+
+    def _test(self, session: Session, i: int, step: Step, seconds: float) -> None:
+        session.deadline = time.monotonic() + seconds
+        session.timed_out = False
+        missing, binds = _names(step.source)
+        scope = dict(self.trusted)
+        for name in sorted(missing - set(scope) - set(dir(builtins))):
+            try:
+                scope[name] = session.get(name, session.budget())
+            except KeyError:
+                pass
+        _seed(i)
+        out = io.StringIO()
+        passed, message = False, ""
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                exec(compile(step.source, f"<test {step.grade_id}>", "exec"), scope)
+            passed = True
+        except (SandboxGone, ProtocolError):
+            raise
+        except Exception as exc:
+            message = _message(exc)
+            if isinstance(exc, NameError):
+                message += " (is the function defined, under exactly this name?)"
+        if session.timed_out:
+            self.status = "timeout"
+        self.trusted.update({k: v for k, v in scope.items() if k in binds})
+        self.tests.append({"test": step.grade_id, "points": step.points if passed else 0.0,
+                           "max_points": step.points, "passed": passed,
+                           "message": message[:1000]})
+        self.outputs[i] = {"stdout": _short(out.getvalue())}
+        if message:
+            self.outputs[i]["error"] = (message.split(":")[0], message)

@@ -1,0 +1,79 @@
+"""Late penalties: a rule from the course's config, applied to a time the grader trusts.
+
+The trusted time is the LMS export's (a ``--timestamps`` CSV, or the time a zip export stored for
+the file) or the file's arrival on disk. Anything written inside the submission (notebook
+metadata, a timestamp.txt) is ignored: the student controls it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .submissions import safe_id
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """``due``: assignment -> due time (UTC). Each started day late costs ``per_day`` of the
+    maximum score; after ``max_days`` days the score is 0."""
+
+    due: dict[str, datetime] = field(default_factory=dict)
+    per_day: float = 0.0
+    max_days: float = math.inf
+
+    def penalty(self, assignment: str, submitted: datetime | None, raw: float,
+                max_score: float) -> tuple[float, str]:
+        """(points taken off, a sentence for the student; '' when on time)."""
+        due = self.due.get(assignment)
+        if due is None or submitted is None or submitted <= due:
+            return 0.0, ""
+        days = (submitted - due).total_seconds() / 86400
+        if days > self.max_days:
+            off = raw
+        else:
+            off = min(raw, math.ceil(days) * self.per_day * max_score)
+        return off, (f"submitted {days:.2f} day(s) after the deadline "
+                     f"({due:%Y-%m-%d %H:%M} UTC): {off:g} point(s) off")
+
+
+def _utc(text: str, where: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not an ISO 8601 time "
+                         "(e.g. 2026-12-01T23:59:00+00:00)") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def load_policy(path: Path | None) -> LatePolicy:
+    """Read ``[due]`` and ``[penalty]`` (per_day, max_days) from a TOML file; none: no penalty."""
+    if path is None or not Path(path).exists():
+        return LatePolicy()
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    due = {name: _utc(value, f"{path} [due] {name}")
+           for name, value in data.get("due", {}).items()}
+    rule = data.get("penalty", {})
+    per_day, max_days = rule.get("per_day", 0.0), rule.get("max_days", math.inf)
+    for name, value in (("per_day", per_day), ("max_days", max_days)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{path} [penalty] {name} must be a number >= 0, got {value!r}")
+    return LatePolicy(due, float(per_day), float(max_days))
+
+
+def load_timestamps(path: Path | None) -> dict[str, datetime]:
+    """student_id -> submission time from an LMS CSV with columns student_id, timestamp."""
+    if path is None:
+        return {}
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or not {"student_id", "timestamp"} <= set(reader.fieldnames):
+            raise ValueError(f"timestamps file {path} needs the columns student_id, timestamp; "
+                             f"it has {reader.fieldnames}")
+        return {safe_id(row["student_id"]): _utc(row["timestamp"], f"{path} ({row['student_id']})")
+                for row in reader}

@@ -1,0 +1,303 @@
+"""The grader's side of the sandbox boundary: a session with one runner, and proxies for the
+student's functions and objects.
+
+Only plain data crosses from the sandbox to the grader: JSON decoded here into numbers, strings,
+lists, tuples, dicts, sets, NumPy arrays and torch tensors, built from raw bytes. A student value
+that is anything else (their own class, a float subclass that equals everything) arrives as a
+``StudentObject``: a handle the grader can call or ask about, but which never runs on this side.
+Arguments go the other way as pickles (the sandbox may unpickle what the grader sends); functions
+that a test passes in, such as a callback, stay here and are called back over the same channel.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import importlib
+import io
+import json
+import os
+import pickle
+import select
+import struct
+import time
+import types
+from collections import Counter, OrderedDict, defaultdict
+
+TEST_MODULE = "__grader_tests__"
+MAX_FRAME = 64 * 2**20
+START_SECONDS = 60.0
+GRACE_SECONDS = 5.0  # after a soft timeout inside the sandbox, before the hard kill
+DICTS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict, "defaultdict": dict}
+DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+          "complex64", "complex128"}
+
+
+class SandboxGone(Exception):
+    """The sandbox died or was killed; ``reason`` says why in words a student can act on."""
+
+    def __init__(self, reason: str, timed_out: bool = False):
+        super().__init__(reason)
+        self.reason, self.timed_out = reason, timed_out
+
+
+class ProtocolError(Exception):
+    """The sandbox sent something that is not the plain data it may send."""
+
+
+class StudentObject:
+    """A value that lives in the sandbox. Calls and attribute reads are forwarded; nothing of
+    the student's runs here, so it compares equal only to itself and is not a number."""
+
+    __slots__ = ("_session", "_key", "_callable")
+
+    def __init__(self, session, key, is_callable):
+        self._session, self._key, self._callable = session, key, is_callable
+
+    def __call__(self, *args, **kwargs):
+        return self._session.call(self, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._session.inspect("getattr", self, name)
+
+    def __getitem__(self, key):
+        return self._session.inspect("getitem", self, key)
+
+    def __len__(self):
+        value = self._session.inspect("len", self)
+        if type(value) is not int:
+            raise TypeError("len() of the student's object did not return an int")
+        return value
+
+    def __iter__(self):
+        value = self._session.inspect("iter", self)
+        return iter(value if type(value) is list else [])
+
+    def __repr__(self):
+        return f"<student's {type(self).__name__} object>"
+
+
+_classes: dict[str, type] = {}
+
+
+def _student_class(name: str) -> type:
+    """A StudentObject subclass carrying the student's class name, for readable test messages."""
+    name = name if name.isidentifier() else "StudentObject"
+    if name not in _classes:
+        _classes[name] = type(name, (StudentObject,), {"__slots__": ()})
+    return _classes[name]
+
+
+def _array(spec: dict):
+    import numpy as np
+
+    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
+        raise ProtocolError("bad array")
+    shape = spec["shape"]
+    if not isinstance(shape, list) or any(type(s) is not int or s < 0 for s in shape):
+        raise ProtocolError("bad array shape")
+    data = base64.b64decode(spec["b64"], validate=True)
+    return np.frombuffer(data, dtype=spec["dtype"]).reshape(shape).copy()
+
+
+class Session:
+    """One running sandbox for one submission."""
+
+    def __init__(self, sandbox, name: str, scratch):
+        self.sandbox = sandbox
+        self.proc, self.groups = sandbox.start(name, scratch)
+        self.callbacks: dict[str, object] = {}
+        self.buffer = b""
+        self.closed = False
+        reply = self._receive(time.monotonic() + START_SECONDS)
+        if reply.get("op") != "ready":
+            raise ProtocolError("the sandbox did not start")
+
+    # --- framing ------------------------------------------------------------------------
+    def _send(self, message) -> None:
+        data = pickle.dumps(message)
+        try:
+            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._gone() from None
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        while len(self.buffer) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise self._gone(timed_out=True)
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise self._gone()
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def _receive(self, deadline: float) -> dict:
+        (size,) = struct.unpack(">I", self._read(4, deadline))
+        if size > MAX_FRAME:
+            self.close()
+            raise SandboxGone("the notebook sent a value too large to grade (over 64 MB)")
+        try:
+            message = json.loads(self._read(size, deadline))
+        except ValueError:
+            raise ProtocolError("the sandbox sent malformed data") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("the sandbox sent malformed data")
+        return message
+
+    def _gone(self, timed_out: bool = False) -> SandboxGone:
+        code = self.proc.poll()
+        out_of_memory = self.close()
+        if timed_out:
+            return SandboxGone("ran past its time limit and was stopped (an infinite loop?)",
+                               timed_out=True)
+        if out_of_memory:
+            return SandboxGone(f"the kernel ran out of memory (limit "
+                               f"{self.sandbox.limits.memory_mb} MB) and was stopped")
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        if code == -11:
+            how = "a segmentation fault"
+        return SandboxGone(f"the kernel died ({how}; os._exit, a crash, or out of memory)")
+
+    def close(self) -> bool:
+        if self.closed:
+            return False
+        self.closed = True
+        return self.sandbox.stop(self.proc, self.groups)
+
+    # --- requests -----------------------------------------------------------------------
+    def request(self, message, seconds: float) -> dict:
+        """Send one request; serve callbacks until its answer arrives (or the time is up)."""
+        if self.closed:
+            raise SandboxGone("the kernel is no longer running")
+        deadline = time.monotonic() + seconds + GRACE_SECONDS
+        self._send(message)
+        while True:
+            reply = self._receive(deadline)
+            if reply.get("op") != "callback":
+                return reply
+            self._send(self._run_callback(reply))
+
+    def _run_callback(self, reply: dict):
+        try:
+            fn = self.callbacks[reply["id"]]
+            args, kwargs = self.decode(reply["args"]), self.decode(reply["kwargs"])
+            return ("ok", self._pickle(fn(*args, **kwargs)))
+        except Exception as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    def _pickle(self, value) -> bytes:
+        session = self
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                if isinstance(obj, StudentObject):
+                    return ("handle", obj._key)
+                if isinstance(obj, (types.FunctionType, types.MethodType, types.LambdaType)) \
+                        and getattr(obj, "__module__", None) == TEST_MODULE:
+                    key = str(len(session.callbacks))
+                    session.callbacks[key] = obj
+                    return ("callback", key)
+                return None
+
+        buffer = io.BytesIO()
+        Pickler(buffer).dump(value)
+        return buffer.getvalue()
+
+    def run_cell(self, source: str, seed: int, seconds: float) -> dict:
+        return self.request(("run", source, seed, seconds), seconds)
+
+    def get(self, name: str, seconds: float):
+        """The student's value of a global name, or KeyError."""
+        reply = self.request(("get", name), seconds)
+        if reply.get("missing"):
+            raise KeyError(name)
+        return self.decode(reply.get("value"))
+
+    def call(self, target: StudentObject, args, kwargs, monitor=None, seed: int = 0,
+             seconds: float | None = None):
+        seconds = self.budget() if seconds is None else seconds
+        reply = self.request(("call", target._key, self._pickle((list(args), dict(kwargs))),
+                              monitor, seed, seconds), seconds)
+        return self._result(reply)
+
+    def inspect(self, op: str, target: StudentObject, arg=None):
+        seconds = self.budget()
+        payload = self._pickle(arg) if op == "getitem" else arg
+        return self._result(self.request((op, target._key, payload, seconds), seconds))
+
+    def budget(self) -> float:
+        """Seconds left for the current test cell (set by the executor)."""
+        return max(0.1, getattr(self, "deadline", time.monotonic() + 30) - time.monotonic())
+
+    def _result(self, reply: dict):
+        if reply.get("op") == "value":
+            return self.decode(reply.get("value"))
+        if reply.get("op") != "raise":
+            raise ProtocolError("the sandbox answered out of turn")
+        name, value = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))
+        if name == "CellTimeout":
+            self.timed_out = True
+            raise TimeoutError(f"your code ran past its time limit ({value})")
+        exc = getattr(builtins, name, None)
+        if isinstance(exc, type) and issubclass(exc, Exception) and exc not in (
+                StopIteration, StopAsyncIteration):
+            raise exc(value)
+        raise RuntimeError(f"your code raised {name}: {value}")
+
+    # --- plain data ---------------------------------------------------------------------
+    def decode(self, x, depth: int = 0):
+        if depth > 40:
+            raise ProtocolError("value nested too deeply")
+        if x is None or type(x) in (bool, int, float, str):
+            return x
+        if type(x) is list:
+            return [self.decode(v, depth + 1) for v in x]
+        if type(x) is not dict or not x:
+            raise ProtocolError("unexpected value")
+        tag = next(iter(x))
+        body = x[tag]
+        if tag == "__tuple__":
+            return tuple(self.decode(body, depth + 1))
+        if tag == "__set__":
+            return set(self.decode(body, depth + 1))
+        if tag == "__dict__":
+            pairs = {self._key(self.decode(k, depth + 1)): self.decode(v, depth + 1)
+                     for k, v in body}
+            return DICTS.get(x.get("type"), dict)(pairs)
+        if tag == "__int__" and type(body) is str and len(body) < 5000:
+            return int(body)
+        if tag == "__float__" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "__ndarray__":
+            return _array(body)
+        if tag == "__npscalar__":
+            return _array(body)[()]
+        if tag == "__tensor__":
+            import torch
+
+            tensor = torch.from_numpy(_array(body))
+            if x.get("requires_grad") is True and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            return tensor
+        if tag == "__module__" and type(body) is str:
+            try:  # the grader's own copy of a module the student imported
+                return importlib.import_module(body)
+            except ImportError:
+                raise ProtocolError(f"module {body} is not available to the grader") from None
+        if tag == "__handle__" and type(body) is str:
+            return _student_class(str(x.get("type", "")))(self, body, x.get("callable") is True)
+        raise ProtocolError(f"unexpected value tag {tag!r}")
+
+    @staticmethod
+    def _key(value):
+        try:
+            hash(value)
+        except TypeError:
+            raise ProtocolError("unhashable dict key") from None
+        return value

@@ -1,0 +1,357 @@
+"""The program that runs inside the sandbox: executes student cells, answers the grader's calls.
+
+Standalone on purpose (standard library only; numpy and torch only when the student's values
+need them), because it runs where nothing of the grader is installed. It talks to the grader over
+its original stdin/stdout; file descriptors 0-2 are then pointed at /dev/null, so student output
+can never reach the protocol by accident. Everything it sends is plain data (JSON): the grader
+never unpickles, imports or calls anything that came from here. Whatever student code does to this
+process (patching it included) can therefore change only the data sent back, never a verdict.
+"""
+
+import base64
+import builtins
+import io
+import json
+import os
+import pickle
+import random
+import resource
+import signal
+import struct
+import sys
+import traceback
+import types
+
+MAX_TEXT = 20_000  # characters of output kept per cell or call
+NUMERIC = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+           "complex64", "complex128"}
+
+
+class CellTimeout(BaseException):
+    """Raised into student code when a cell runs past its time (not catchable as Exception)."""
+
+
+class _Bounded(io.TextIOBase):
+    """A text stream that keeps the first MAX_TEXT characters and counts the rest."""
+
+    def __init__(self):
+        self.parts, self.size, self.dropped = [], 0, 0
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        text = str(text)
+        room = MAX_TEXT - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(room, len(text))
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def value(self):
+        out = "".join(self.parts)
+        if self.dropped:
+            out += f"\n... [{self.dropped} more characters of output truncated]"
+        return out
+
+
+class Channel:
+    def __init__(self):
+        self.rx = os.fdopen(os.dup(0), "rb", buffering=0)
+        self.tx = os.fdopen(os.dup(1), "wb", buffering=0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.rx.read(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def recv(self):
+        (size,) = struct.unpack(">I", self._read(4))
+        return pickle.loads(self._read(size))  # from the grader: trusted
+
+    def send(self, message):
+        data = json.dumps(message, allow_nan=False).encode()
+        self.tx.write(struct.pack(">I", len(data)) + data)
+
+
+class Runner:
+    def __init__(self, channel):
+        self.channel = channel
+        self.handles = {}
+        self.shell = None
+        try:
+            from IPython.core.interactiveshell import InteractiveShell
+
+            self.shell = InteractiveShell.instance()
+            self.ns = self.shell.user_ns
+        except Exception:  # no IPython: plain exec, magics fail as syntax errors
+            self.ns = {"__name__": "__main__", "__builtins__": builtins}
+
+    # --- values -> plain data -------------------------------------------------------------
+    def handle(self, obj):
+        key = str(id(obj))
+        self.handles[key] = obj
+        return {"__handle__": key, "type": type(obj).__name__, "callable": callable(obj)}
+
+    def encode(self, x, depth=0):
+        if depth > 30:
+            raise ValueError("value nested too deeply to send")
+        if x is None or type(x) in (bool, str):
+            return x
+        if type(x) is int:
+            return x if abs(x) < 2**53 else {"__int__": str(x)}
+        if type(x) is float:
+            return x if x == x and abs(x) != float("inf") else {"__float__": repr(x)}
+        if type(x) is list:
+            return [self.encode(v, depth + 1) for v in x]
+        if type(x) is tuple:
+            return {"__tuple__": [self.encode(v, depth + 1) for v in x]}
+        if type(x) in (set, frozenset):
+            return {"__set__": [self.encode(v, depth + 1) for v in x]}
+        if isinstance(x, dict) and type(x).__name__ in ("dict", "Counter", "OrderedDict",
+                                                        "defaultdict"):
+            items = [[self.encode(k, depth + 1), self.encode(v, depth + 1)]
+                     for k, v in dict.items(x)]
+            return {"__dict__": items, "type": type(x).__name__}
+        if isinstance(x, types.ModuleType):
+            return {"__module__": x.__name__}
+        np = sys.modules.get("numpy")
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            dtype = str(t.dtype).replace("torch.", "")
+            if dtype not in NUMERIC:
+                raise ValueError(f"cannot send a tensor of dtype {dtype}")
+            return {"__tensor__": self.array(t.numpy()), "requires_grad": bool(x.requires_grad)}
+        if np is not None and isinstance(x, np.ndarray) and x.dtype.name in NUMERIC:
+            return {"__ndarray__": self.array(np.ascontiguousarray(x))}
+        if np is not None and isinstance(x, np.generic) and x.dtype.name in NUMERIC:
+            return {"__npscalar__": self.array(np.asarray(x))}
+        return self.handle(x)
+
+    @staticmethod
+    def array(a):
+        return {"dtype": a.dtype.name, "shape": list(a.shape),
+                "b64": base64.b64encode(a.tobytes()).decode()}
+
+    # --- grader objects <- pickles --------------------------------------------------------
+    def loads(self, payload):
+        runner = self
+
+        class Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid):
+                kind, key = pid
+                if kind == "handle":
+                    return runner.handles[key]
+                return runner.callback(key)
+
+        return Unpickler(io.BytesIO(payload)).load()
+
+    def callback(self, key):
+        def call_grader(*args, **kwargs):
+            self.channel.send({"op": "callback", "id": key, "args": self.encode(list(args)),
+                               "kwargs": self.encode(kwargs)})
+            reply = self.channel.recv()
+            if reply[0] == "error":
+                exc = getattr(builtins, reply[1], None)
+                if not (isinstance(exc, type) and issubclass(exc, Exception)):
+                    exc = RuntimeError
+                raise exc(reply[2])
+            return self.loads(reply[1])
+
+        call_grader.__name__ = "grader_function"
+        return call_grader
+
+    # --- requests --------------------------------------------------------------------------
+    def seed(self, seed):
+        random.seed(seed)
+        for name, fn in (("numpy", "random.seed"), ("torch", "manual_seed")):
+            module = sys.modules.get(name)
+            if module is not None:
+                try:
+                    target = module
+                    for part in fn.split("."):
+                        target = getattr(target, part)
+                    target(seed)
+                except Exception:
+                    pass
+
+    def timed(self, seconds, fn):
+        def expire(signum, frame):
+            raise CellTimeout(f"the cell ran past its time limit of {seconds:g} s")
+
+        signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def error(self, exc):
+        return {"ename": type(exc).__name__, "evalue": str(exc)[:MAX_TEXT]}
+
+    def run(self, source, seed, seconds):
+        self.seed(seed)
+        out, err = _Bounded(), _Bounded()
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = out, err
+        reply = {"op": "ran", "ok": True}
+        try:
+            if self.shell is not None:
+                result = self.timed(seconds, lambda: self.shell.run_cell(source, silent=False))
+                exc = result.error_in_exec or result.error_before_exec
+            else:
+                exc = None
+                try:
+                    code = compile(source, "<cell>", "exec")
+                    self.timed(seconds, lambda: exec(code, self.ns))
+                except Exception as caught:
+                    traceback.print_exc()
+                    exc = caught
+            if exc is not None:
+                reply.update(ok=False, **self.error(exc))
+        except BaseException as exc:  # SystemExit, CellTimeout, KeyboardInterrupt
+            reply.update(ok=False, **self.error(exc))
+        finally:
+            sys.stdout, sys.stderr = saved
+        reply.update(stdout=out.value(), stderr=err.value())
+        return reply
+
+    def get(self, name):
+        if name not in self.ns:
+            return {"op": "value", "missing": True}
+        return {"op": "value", "value": self.encode(self.ns[name])}
+
+    def monitored(self, fn, forbidden, calls):
+        """Run fn() and name any forbidden package or compiled function it used (best effort:
+        withheld packages are not in the sandbox at all; this covers the rest, e.g. autograd)."""
+        import importlib
+        import importlib.util
+
+        dirs = {}
+        for name in forbidden:
+            try:
+                spec = importlib.util.find_spec(name)
+            except Exception:
+                spec = None
+            if spec is not None and spec.submodule_search_locations:
+                dirs[name] = os.path.realpath(list(spec.submodule_search_locations)[0]) + "/"
+        targets = []
+        for module, qualname in calls:
+            try:
+                path = [*module.split("."), *qualname.split(".")]
+                target = importlib.import_module(path[0])
+                for part in path[1:]:
+                    target = getattr(target, part)
+                targets.append(target)
+            except Exception:
+                pass
+        used = set()
+
+        def profiler(frame, event, arg):
+            if event == "c_call" and any(arg is t for t in targets):
+                used.add(getattr(arg, "__name__", "a forbidden function"))
+            elif event == "call":
+                filename = frame.f_code.co_filename
+                for name, directory in dirs.items():
+                    if filename.startswith(directory):
+                        used.add(name)
+
+        sys.setprofile(profiler)
+        try:
+            result = fn()
+        finally:
+            sys.setprofile(None)
+        return result, sorted(used)
+
+    def call(self, key, payload, monitor, seed, seconds):
+        self.seed(seed)
+        out = _Bounded()
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = out
+        try:
+            target = self.handles[key]
+            args, kwargs = self.loads(payload)
+            used = []
+            if monitor:
+                result, used = self.timed(seconds, lambda: self.monitored(
+                    lambda: target(*args, **kwargs), *monitor))
+            else:
+                result = self.timed(seconds, lambda: target(*args, **kwargs))
+            if used:
+                return {"op": "raise", "ename": "AssertionError", "evalue": (
+                    f"{getattr(target, '__name__', 'your function')} calls {', '.join(used)}: "
+                    "answers must be your own code, not the library's reference implementation")}
+            return {"op": "value", "value": self.encode(result)}
+        except BaseException as exc:
+            return {"op": "raise", **self.error(exc), "output": out.value()}
+        finally:
+            sys.stdout, sys.stderr = saved
+
+    def inspect(self, op, key, arg, seconds):
+        try:
+            obj = self.handles[key]
+            if op == "getattr":
+                value = self.timed(seconds, lambda: getattr(obj, arg))
+            elif op == "getitem":
+                value = self.timed(seconds, lambda: obj[self.loads(arg)])
+            elif op == "len":
+                value = self.timed(seconds, lambda: len(obj))
+            elif op == "iter":
+                value = self.timed(seconds, lambda: list(obj))
+            else:
+                value = self.timed(seconds, lambda: repr(obj)[:MAX_TEXT])
+            return {"op": "value", "value": self.encode(value)}
+        except BaseException as exc:
+            return {"op": "raise", **self.error(exc)}
+
+    def serve(self):
+        self.channel.send({"op": "ready", "python": sys.version.split()[0]})
+        while True:
+            try:
+                message = self.channel.recv()
+            except EOFError:
+                return
+            op = message[0]
+            if op == "run":
+                reply = self.run(*message[1:])
+            elif op == "get":
+                reply = self.get(message[1])
+            elif op == "call":
+                reply = self.call(*message[1:])
+            else:
+                reply = self.inspect(*message)
+            try:
+                self.channel.send(reply)
+            except (ValueError, TypeError) as exc:  # a value that cannot be sent
+                self.channel.send({"op": "raise", **self.error(exc)})
+
+
+def limit(memory_mb, max_procs):
+    """Limits that hold even without cgroups (they cannot be raised again by student code)."""
+    settings = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
+    if memory_mb:
+        settings.append((resource.RLIMIT_AS, memory_mb * 2**20))
+    if max_procs and os.getuid() != 0:
+        settings.append((resource.RLIMIT_NPROC, max_procs))
+    for what, value in settings:
+        try:
+            resource.setrlimit(what, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+if __name__ == "__main__":
+    channel = Channel()
+    limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
+          int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
+    sys.argv = [""]
+    Runner(channel).serve()

@@ -1,0 +1,269 @@
+"""Start the sandbox that student code runs in: bubblewrap, an unprivileged user, hard limits.
+
+The sandbox sees a whitelist, not the host: the system (/usr, /etc), this Python and its
+environment, and a support folder with the runner. The course (source notebooks, hidden tests),
+the gradebook, the output folder and every other student's files are simply not there. It has no
+network (a fresh network namespace: not even the host's loopback), writes only to its own
+size-capped scratch tmpfs, and runs as ``nobody`` when the grader is root. Packages an answer must
+not call (the course's reference implementation, nltk, sacrebleu) are withheld: stubs that raise
+ImportError shadow them, and their real folders are covered by empty mounts.
+
+Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
+to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
+says which.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+NOBODY = 65534
+WITHHELD = ("seqlab", "nltk", "sacrebleu", "autograder")
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "seqlab-grader"
+SCRATCH_BYTES = 256 * 2**20
+RUNNER = Path(__file__).with_name("runner.py")
+CHECKS = Path(__file__).with_name("checks.py")
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_cell: float = 30.0
+    timeout_notebook: float = 300.0
+    memory_mb: int = 4096
+    max_procs: int = 256
+
+    def __post_init__(self):
+        for name in ("timeout_cell", "timeout_notebook", "memory_mb", "max_procs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def sandbox_problem() -> str:
+    """Why no sandbox can be started here ('' when one can)."""
+    if not sys.platform.startswith("linux"):
+        return f"the sandbox needs Linux (bubblewrap); this is {sys.platform}"
+    if shutil.which("bwrap") is None:
+        return ("bubblewrap is not installed (Debian/Ubuntu: sudo apt-get install bubblewrap; "
+                "Fedora: sudo dnf install bubblewrap)")
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid",
+                            "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return ("bubblewrap cannot create namespaces here (" + probe.stderr.strip()[:200]
+                + "); unprivileged user namespaces may be disabled")
+    return ""
+
+
+def _cgroup_dirs(name: str) -> dict[str, Path]:
+    """Writable cgroup folders for one sandbox: {'memory': ..., 'pids': ...} (v1), or
+    {'unified': ...} (v2), or {} when this host does not let us create them."""
+    v1 = {c: CGROUP_V1 / c for c in ("memory", "pids")}
+    if all((d / "cgroup.procs").exists() for d in v1.values()):
+        try:
+            made = {}
+            for controller, root in v1.items():
+                folder = root / CGROUP_PARENT / name
+                folder.mkdir(parents=True, exist_ok=True)
+                made[controller] = folder
+            return made
+        except OSError:
+            return {}
+    v2 = CGROUP_V1 / CGROUP_PARENT
+    try:
+        controllers = (CGROUP_V1 / "cgroup.controllers").read_text().split()
+        if {"memory", "pids"} <= set(controllers):
+            v2.mkdir(exist_ok=True)
+            (CGROUP_V1 / "cgroup.subtree_control").write_text("+memory +pids")
+            (v2 / "cgroup.subtree_control").write_text("+memory +pids")
+            folder = v2 / name
+            folder.mkdir(exist_ok=True)
+            return {"unified": folder}
+    except OSError:
+        pass
+    return {}
+
+
+class Sandbox:
+    """Knows how to start ``runner.py`` for one submission, and how to clean up after it."""
+
+    def __init__(self, support: Path, limits: Limits, unsafe: bool = False, write: bool = True):
+        self.limits = limits
+        self.unsafe = unsafe
+        self.support = Path(support).resolve()
+        if write:
+            self._write_support()
+        probe = _cgroup_dirs("probe")
+        self.cgroups = bool(probe)
+        for folder in probe.values():
+            folder.rmdir()
+
+    @property
+    def limits_in_force(self) -> str:
+        how = "cgroup" if self.cgroups else "rlimit (address space; processes of the user)"
+        box = ("NO SANDBOX (--unsafe-no-sandbox): student code can read and write anything "
+               "this user can" if self.unsafe else
+               "bubblewrap: no network, read-only whitelist, own scratch tmpfs")
+        return (f"{box}; memory {self.limits.memory_mb} MB and {self.limits.max_procs} "
+                f"processes via {how}; {self.limits.timeout_cell:g} s per cell, "
+                f"{self.limits.timeout_notebook:g} s per notebook")
+
+    def _write_support(self) -> None:
+        site = self.support / "site"
+        if site.exists():
+            shutil.rmtree(site)
+        (site / "autograder").mkdir(parents=True)
+        shutil.copy(RUNNER, self.support / "runner.py")
+        (site / "autograder" / "__init__.py").write_text("")
+        shutil.copy(CHECKS, site / "autograder" / "checks.py")
+        for name in WITHHELD:
+            if name == "autograder":
+                continue
+            (site / name).mkdir()
+            (site / name / "__init__.py").write_text(
+                f"raise ImportError({name!r} ' is not available while your notebook is graded: '"
+                "'answers must be your own code (see the assignment rules)')\n")
+        for path in [self.support, *self.support.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    def _bound(self) -> list[Path]:
+        roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+                 Path(sys.executable).resolve().parent.parent}
+        return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
+
+    def _withheld_mounts(self, bound: list[Path]) -> list[str]:
+        args = []
+        for name in WITHHELD:
+            spec = importlib.util.find_spec(name)
+            if spec is None or not spec.origin or not Path(spec.origin).exists():
+                continue
+            folder = Path(spec.origin).resolve().parent
+            visible = any(r == folder or r in folder.parents for r in [*bound, Path("/usr")])
+            if spec.submodule_search_locations and visible:
+                args += ["--tmpfs", str(folder), "--ro-bind",
+                         str(self.support / "site" / name / "__init__.py"),
+                         str(folder / "__init__.py")] if name != "autograder" else [
+                    "--tmpfs", str(folder)]
+        return args
+
+    def _dirs_for(self, path: Path, made: set[Path]) -> list[str]:
+        args = []
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        return args
+
+    def command(self) -> list[str]:
+        python = str(Path(sys.prefix) / "bin" / "python")
+        if not Path(python).exists():
+            python = sys.executable
+        if self.unsafe:
+            return [python, str(self.support / "runner.py")]
+        args = ["bwrap", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        made: set[Path] = set()
+        bound = self._bound()
+        for root in bound:
+            if root != Path("/usr") and Path("/usr") not in root.parents:
+                args += self._dirs_for(root, made) + ["--ro-bind", str(root), str(root)]
+        args += self._withheld_mounts(bound)
+        args += ["--perms", "0755", "--dir", "/grader",
+                 "--ro-bind", str(self.support / "runner.py"), "/grader/runner.py",
+                 "--ro-bind", str(self.support / "site"), "/grader/site",
+                 "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                 "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch",
+                 "--chdir", "/scratch", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+                 "--unshare-uts", "--die-with-parent", "--new-session", "--clearenv"]
+        for key, value in self.environment("/scratch", "/grader/site").items():
+            args += ["--setenv", key, value]
+        args.append("--")
+        if os.geteuid() == 0:
+            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                     "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all"]
+        return args + [python, "/grader/runner.py"]
+
+    def environment(self, home: str, site: str) -> dict[str, str]:
+        env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp",
+               "PYTHONPATH": site, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+               "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde", "SEQLAB_FAST": "1"}
+        if not self.cgroups:
+            env["GRADER_RLIMIT_AS_MB"] = str(self.limits.memory_mb)
+            env["GRADER_RLIMIT_NPROC"] = str(self.limits.max_procs)
+        return env
+
+    def start(self, name: str, scratch: Path) -> tuple[subprocess.Popen, dict[str, Path]]:
+        """Start the runner for one submission; its stdin/stdout are the protocol pipes."""
+        groups = _cgroup_dirs(name) if self.cgroups else {}
+        limit = str(self.limits.memory_mb * 2**20)
+        for controller, folder in groups.items():
+            if controller in ("memory", "unified"):
+                (folder / ("memory.max" if controller == "unified" else
+                           "memory.limit_in_bytes")).write_text(limit)
+                swap = folder / ("memory.swap.max" if controller == "unified" else
+                                 "memory.memsw.limit_in_bytes")
+                if swap.exists():
+                    try:
+                        swap.write_text("0" if controller == "unified" else limit)
+                    except OSError:
+                        pass
+            if controller in ("pids", "unified"):
+                (folder / "pids.max").write_text(str(self.limits.max_procs))
+        # join the cgroups before exec, so every process the sandbox ever forks is counted
+        joins = " ".join(f"echo $$ > {folder / 'cgroup.procs'} &&" for folder in groups.values())
+        scratch.mkdir(parents=True, exist_ok=True)
+        env = ({**self.environment(str(scratch), str(self.support / "site")),
+                "PATH": os.environ.get("PATH", "/usr/bin")} if self.unsafe else
+               {"PATH": os.environ.get("PATH", "/usr/bin")})
+        proc = subprocess.Popen(["sh", "-c", f'{joins} exec "$@"', "sh", *self.command()],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=scratch, env=env,
+                                start_new_session=True)
+        return proc, groups
+
+    @staticmethod
+    def stop(proc: subprocess.Popen, groups: dict[str, Path]) -> bool:
+        """Kill what is left of one sandbox; return True when it hit its memory limit."""
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        out_of_memory = False
+        for controller, folder in groups.items():
+            try:
+                if controller == "memory":
+                    out_of_memory = int((folder / "memory.failcnt").read_text()) > 0
+                elif controller == "unified":
+                    events = (folder / "memory.events").read_text().split()
+                    out_of_memory = int(events[events.index("oom_kill") + 1]) > 0
+            except (OSError, ValueError):
+                pass
+            for pid in (folder / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        return out_of_memory
