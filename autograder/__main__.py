@@ -54,7 +54,6 @@ def main(argv=None) -> int:
             print(f"release written to {release(args.assignment, args.out, args.course)}")
         elif args.command == "grade":
             from .grade import grade
-
             from .late import load_policy
             from .sandbox import Limits
 

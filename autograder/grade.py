@@ -56,7 +56,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict) -> nbformat.NotebookNode:
+def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict):
     """The notebook as graded, for formgrader: test cells show the release version (no hidden
     tests), so even nbgrader's own feedback cannot leak them."""
     public = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]
@@ -136,7 +136,7 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
     """Grade all submissions of ``assignment``; write ``out/grades.csv`` and ``out/feedback/``."""
     check_assignment(assignment, course)
     limits = limits or Limits()
-    workers = workers or os.cpu_count() or 1
+    workers = (os.cpu_count() or 1) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     problem = "" if unsafe else sandbox_problem()

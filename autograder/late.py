@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import csv
 import math
-import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+import tomllib
 
 from .submissions import safe_id
 

@@ -22,7 +22,7 @@ import select
 import struct
 import time
 import types
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 
 TEST_MODULE = "__grader_tests__"
 MAX_FRAME = 64 * 2**20
@@ -159,9 +159,10 @@ class Session:
         if out_of_memory:
             return SandboxGone(f"the kernel ran out of memory (limit "
                                f"{self.sandbox.limits.memory_mb} MB) and was stopped")
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        if code == -11:
-            how = "a segmentation fault"
+        signum = -code if code is not None and code < 0 else (
+            code - 128 if code is not None and code > 128 else 0)  # bwrap reports 128 + signal
+        how = {11: "a segmentation fault", 9: "killed", 6: "aborted"}.get(
+            signum, f"signal {signum}" if signum else f"exit code {code}")
         return SandboxGone(f"the kernel died ({how}; os._exit, a crash, or out of memory)")
 
     def close(self) -> bool:

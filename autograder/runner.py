@@ -92,6 +92,7 @@ class Runner:
 
             self.shell = InteractiveShell.instance()
             self.ns = self.shell.user_ns
+            self.run_cell = self.shell.run_cell  # bound now: patching the shell later is moot
         except Exception:  # no IPython: plain exec, magics fail as syntax errors
             self.ns = {"__name__": "__main__", "__builtins__": builtins}
 
@@ -206,7 +207,7 @@ class Runner:
         reply = {"op": "ran", "ok": True}
         try:
             if self.shell is not None:
-                result = self.timed(seconds, lambda: self.shell.run_cell(source, silent=False))
+                result = self.timed(seconds, lambda: self.run_cell(source, silent=False))
                 exc = result.error_in_exec or result.error_before_exec
             else:
                 exc = None

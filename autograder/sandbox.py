@@ -227,7 +227,7 @@ class Sandbox:
         env = ({**self.environment(str(scratch), str(self.support / "site")),
                 "PATH": os.environ.get("PATH", "/usr/bin")} if self.unsafe else
                {"PATH": os.environ.get("PATH", "/usr/bin")})
-        proc = subprocess.Popen(["sh", "-c", f'{joins} exec "$@"', "sh", *self.command()],
+        proc = subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *self.command()],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=scratch, env=env,
                                 start_new_session=True)

@@ -1,6 +1,5 @@
 """The autograder end to end on assignment 01: release, grading real submissions, selftest."""
 
-import csv
 import json
 import shutil
 import zipfile
@@ -10,6 +9,7 @@ import pytest
 
 from autograder.course import COURSE, assignments, source_notebook
 from autograder.grade import grade
+from autograder.late import load_policy
 from autograder.release import ReleaseLeak, leaks, release
 from autograder.selftest import selftest
 
@@ -47,76 +47,6 @@ def test_release_refuses_a_leaking_notebook(tmp_path):
     assert not (tmp_path / "out" / A).exists()
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("grading")
-    subs = tmp / "submissions"
-
-    def submit(student, nb=None, name=f"{A}.ipynb", raw=None):
-        (subs / student).mkdir(parents=True)
-        if raw is not None:
-            (subs / student / name).write_text(raw)
-        elif nb is not None:
-            nbformat.write(nb, subs / student / name)
-
-    submit("correct", solution_with(), name="my_homework.ipynb")  # any file name
-    submit("partly", solution_with(**{PERPLEXITY_CELL: "def perplexity(log_probs):\n"
-                                                         "    return 4.0\n"}))
-    submit("syntax", solution_with(count_ngrams="def count_ngrams(sentences, n)\n    pass\n"))
-    submit("always_equal", solution_with(count_ngrams=(
-        "class Anything(dict):\n    def __eq__(self, other):\n        return True\n\n"
-        "def count_ngrams(sentences, n):\n    return Anything()\n")))
-    submit("uses_library", solution_with(**{PERPLEXITY_CELL: (
-        "from seqlab.lm import perplexity as _p\n\n"
-        "def perplexity(log_probs):\n    return _p(log_probs)\n")}))
-    submit("invalid_json", raw="{ this is not json")
-    submit("empty", raw="")
-    submit("nothing")
-    rows = grade(A, subs, tmp / "out", log=lambda *a: None)
-    return tmp / "out", {r["student_id"]: r for r in rows}
-
-
-def test_every_submission_is_one_row(graded):
-    out, rows = graded
-    with open(out / "grades.csv") as handle:
-        table = list(csv.DictReader(handle))
-    assert [r["student_id"] for r in table] == sorted(rows)
-    assert list(table[0]) == ["student_id", "assignment", "score", "max_score", "status",
-                              "message"]
-    assert {r["max_score"] for r in table} == {"18.0"}
-
-
-def test_scores(graded):
-    _, rows = graded
-    assert rows["correct"]["score"] == 18 and rows["correct"]["status"] == "graded"
-    assert rows["partly"]["score"] == 15  # only the perplexity cell (3 points) fails
-    assert rows["syntax"]["score"] == 14  # both count_ngrams cells (4 points) fail
-    assert rows["always_equal"]["score"] == 14
-    assert rows["uses_library"]["score"] == 15
-
-
-def test_unreadable_and_missing_notebooks_get_a_reason(graded):
-    _, rows = graded
-    for student in ("invalid_json", "empty"):
-        assert rows[student]["score"] == 0 and rows[student]["status"] == "ungradable"
-        assert "unreadable notebook" in rows[student]["message"]
-    assert "no notebook" in rows["nothing"]["message"]
-
-
-def test_feedback_shows_results_but_never_hidden_tests(graded):
-    out, rows = graded
-    data = json.loads((out / "feedback" / "uses_library" / "feedback.json").read_text())
-    failed = [t for t in data["tests"] if not t["passed"]]
-    assert [t["test"] for t in failed] == ["test_perplexity"]
-    assert "calls seqlab" in failed[0]["message"]
-    partly = json.loads((out / "feedback" / "partly" / "feedback.json").read_text())
-    assert "should be" in next(t for t in partly["tests"] if not t["passed"])["message"]
-    hidden_source = "_oracle_counts"
-    for student in rows:
-        for name in ("feedback.json", "feedback.html"):
-            assert hidden_source not in (out / "feedback" / student / name).read_text()
-
-
 def test_lms_zip_of_flat_files(tmp_path):
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -126,6 +56,41 @@ def test_lms_zip_of_flat_files(tmp_path):
     rows = grade(A, archive, tmp_path / "out", log=lambda *a: None)
     assert [r["student_id"] for r in rows] == ["alice", "bob"]
     assert not (tmp_path / "evil.ipynb").exists()
+
+
+def test_late_penalty_uses_the_lms_time_not_the_students(tmp_path):
+    policy_file = tmp_path / "late.toml"
+    policy_file.write_text(f'[due]\n"{A}" = "2026-11-01T12:00:00Z"\n\n'
+                           "[penalty]\nper_day = 0.25\nmax_days = 2\n")
+    policy = load_policy(policy_file)
+    nb = json.loads(source_notebook(A).read_text())
+    nb["metadata"]["submitted"] = "2026-10-01T00:00:00Z"  # written by the student: ignored
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, when in [("ontime_1_hw.ipynb", (2026, 11, 1, 11, 0, 0)),
+                           ("late_2_hw.ipynb", (2026, 11, 1, 13, 0, 0)),
+                           ("verylate_3_hw.ipynb", (2026, 11, 4, 13, 0, 0))]:
+            zf.writestr(zipfile.ZipInfo(name, date_time=when), json.dumps(nb))
+    rows = {r["student_id"]: r for r in grade(A, archive, tmp_path / "out", policy=policy,
+                                              log=lambda *a: None)}
+    assert rows["ontime"]["score"] == 18 and rows["ontime"]["message"] == ""
+    assert rows["late"]["score"] == 18 - 4.5 and "after the deadline" in rows["late"]["message"]
+    assert rows["verylate"]["score"] == 0
+    stamps = tmp_path / "lms.csv"
+    stamps.write_text("student_id,timestamp\nlate,2026-11-01T11:59:00+00:00\n")
+    again = grade(A, archive, tmp_path / "again", policy=policy, timestamps=stamps,
+                  log=lambda *a: None)
+    assert {r["student_id"]: r["score"] for r in again}["late"] == 18
+
+
+def test_bad_late_policy_says_what_is_wrong(tmp_path):
+    bad = tmp_path / "late.toml"
+    bad.write_text('[due]\nhw = "next friday"\n')
+    with pytest.raises(ValueError, match="not an ISO 8601 time"):
+        load_policy(bad)
+    bad.write_text("[penalty]\nper_day = -1\n")
+    with pytest.raises(ValueError, match="per_day must be a number >= 0"):
+        load_policy(bad)
 
 
 def test_unknown_assignment(tmp_path):
@@ -159,20 +124,23 @@ def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
     assert "calls torch.autograd" in feedback
 
 
-def test_a_grader_crash_on_one_student_costs_only_that_row(tmp_path, monkeypatch):
-    import autograder.grade as grading
+def test_a_grader_failure_on_one_student_costs_only_that_row(tmp_path, monkeypatch):
+    import autograder.gradebook as gradebook
 
-    def flaky(work, assignment, student, row, timeout_cell):
+    real = gradebook.record
+
+    def flaky(work, assignment, notebook, student, *args):
         if student == "bob":
             raise RuntimeError("gradebook locked")
-        return {**row, "score": 1.0}, []
+        return real(work, assignment, notebook, student, *args)
 
-    monkeypatch.setattr(grading, "_autograde", flaky)
+    monkeypatch.setattr(gradebook, "record", flaky)
     for student in ("alice", "bob", "carol"):
         (tmp_path / "subs" / student).mkdir(parents=True)
         shutil.copy(source_notebook(A), tmp_path / "subs" / student / "hw.ipynb")
     rows = {r["student_id"]: r for r in grade(A, tmp_path / "subs", tmp_path / "out",
                                               log=lambda *a: None)}
-    assert rows["alice"]["score"] == rows["carol"]["score"] == 1.0
+    assert rows["alice"]["score"] == rows["carol"]["score"] == 18
     assert rows["bob"]["status"] == "error" and "gradebook locked" in rows["bob"]["message"]
+    assert rows["bob"]["score"] == 18  # the grade itself is kept in grades.csv
     assert (tmp_path / "out" / "grades.csv").read_text().count("\n") == 4
