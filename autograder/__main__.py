@@ -10,6 +10,23 @@ from pathlib import Path
 from .course import COURSE, check_assignment
 
 
+def _limit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout-cell", type=float, default=30,
+                   help="seconds per cell and per test cell (default 30)")
+    p.add_argument("--timeout-notebook", type=float, default=300,
+                   help="seconds per submission, all cells together (default 300)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="memory per submission in MB (default 4096)")
+    p.add_argument("--max-procs", type=int, default=256,
+                   help="processes and threads per submission (default 256)")
+
+
+def _limits(args):
+    from .sandbox import Limits
+
+    return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     parser.add_argument("--course", type=Path, default=COURSE,
@@ -28,20 +45,24 @@ def main(argv=None) -> int:
                    help="writes grades.csv, feedback/<student>/ and the working course")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="submissions graded at once (default: the CPU count)")
-    p.add_argument("--timeout-cell", type=float, default=30,
-                   help="seconds per cell and per test cell (default 30)")
-    p.add_argument("--timeout-notebook", type=float, default=300,
-                   help="seconds per submission, all cells together (default 300)")
-    p.add_argument("--memory-mb", type=int, default=4096,
-                   help="memory per submission in MB (default 4096)")
-    p.add_argument("--max-procs", type=int, default=256,
-                   help="processes and threads per submission (default 256)")
+    _limit_flags(p)
     p.add_argument("--late-policy", type=Path, default=None,
                    help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
     p.add_argument("--timestamps", type=Path, default=None,
                    help="CSV (student_id, timestamp) from the LMS: trusted submission times")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without isolation (only for code you trust)")
+
+    p = commands.add_parser("gradescope", help="write a Gradescope autograder bundle (zip)")
+    p.add_argument("assignment")
+    p.add_argument("--out", type=Path, required=True, help="the zip to write")
+    _limit_flags(p)
+
+    p = commands.add_parser("gradescope-run", help="(inside Gradescope) grade one submission")
+    p.add_argument("assignment")
+    p.add_argument("--submission", type=Path, required=True)
+    p.add_argument("--results", type=Path, required=True)
+    _limit_flags(p)
 
     p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")
@@ -55,16 +76,26 @@ def main(argv=None) -> int:
         elif args.command == "grade":
             from .grade import grade
             from .late import load_policy
-            from .sandbox import Limits
 
-            limits = Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb,
-                            args.max_procs)
+            limits = _limits(args)
             policy = load_policy(args.late_policy or args.course / "late_policy.toml")
             rows = grade(check_assignment(args.assignment, args.course), args.submissions,
                          args.out, args.course, limits=limits, workers=args.workers,
                          unsafe=args.unsafe_no_sandbox, policy=policy,
                          timestamps=args.timestamps)
             print(f"{len(rows)} submission(s) graded; see {args.out / 'grades.csv'}")
+        elif args.command == "gradescope":
+            from .gradescope import bundle
+
+            path = bundle(check_assignment(args.assignment, args.course), args.out, args.course,
+                          _limits(args))
+            print(f"Gradescope bundle written to {path}")
+        elif args.command == "gradescope-run":
+            from .gradescope import run
+
+            report = run(check_assignment(args.assignment, args.course), args.submission,
+                         args.results, args.course, _limits(args))
+            print(report["output"])
         else:
             from .selftest import selftest_all
 

@@ -6,7 +6,7 @@ import os
 import re
 import zipfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -21,7 +21,7 @@ class Submission:
         """When the file arrived (for zip exports: the time the LMS stored for it)."""
         if self.notebook is None:
             return None
-        return datetime.fromtimestamp(self.notebook.stat().st_mtime, UTC)
+        return datetime.fromtimestamp(self.notebook.stat().st_mtime, timezone.utc)
 
 
 def safe_id(name: str) -> str:
@@ -30,7 +30,7 @@ def safe_id(name: str) -> str:
     return cleaned
 
 
-def _notebooks(folder: Path) -> list[Path]:
+def find_notebooks(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.ipynb")
                   if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("._"))
 
@@ -45,7 +45,7 @@ def _extract(archive: Path, dest: Path) -> Path:
             if root in target.parents and not member.is_dir():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(member))
-                stamp = datetime(*member.date_time, tzinfo=UTC).timestamp()
+                stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()
                 os.utime(target, (stamp, stamp))
     return dest
 
@@ -70,18 +70,19 @@ def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
             by_student: dict[str, list[Path]] = {}
             for nb in flat:
                 by_student.setdefault(safe_id(nb.name.split("_")[0]), []).append(nb)
-            return [_choose(sid, nbs, assignment) for sid, nbs in sorted(by_student.items())]
+            return [choose_notebook(sid, nbs, assignment)
+                    for sid, nbs in sorted(by_student.items())]
         if len(entries) == 1 and entries[0].is_dir() and all(
             p.is_dir() for p in entries[0].iterdir()
         ):
             path = entries[0]  # a zip holding one top-level folder of student folders
     subs = []
     for folder in sorted(p for p in path.iterdir() if p.is_dir()):
-        subs.append(_choose(safe_id(folder.name), _notebooks(folder), assignment))
+        subs.append(choose_notebook(safe_id(folder.name), find_notebooks(folder), assignment))
     return subs
 
 
-def _choose(student_id: str, notebooks: list[Path], assignment: str) -> Submission:
+def choose_notebook(student_id: str, notebooks: list[Path], assignment: str) -> Submission:
     if not notebooks:
         return Submission(student_id, None, "no notebook (.ipynb) found in the submission")
     if len(notebooks) == 1:

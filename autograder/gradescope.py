@@ -1,0 +1,138 @@
+"""Gradescope: a bundle that grades one submission in Gradescope's container, same sandbox.
+
+``bundle`` writes the zip to upload as a Gradescope "programming assignment" autograder:
+``setup.sh`` (builds the image: bubblewrap, a venv with this project), ``run_autograder`` (grades
+``/autograder/submission`` and writes ``/autograder/results/results.json``), the course's master
+notebook (hidden tests; outside the sandbox's view) and this project's source. ``run`` is what
+``run_autograder`` calls. Set ``AUTOGRADER_ROOT`` (and ``AUTOGRADER_PYTHON``) to try a bundle
+outside Gradescope, against a folder laid out like ``/autograder``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .course import COURSE, check_assignment, source_notebook
+from .normalize import master_step, plan, read_notebook
+from .sandbox import Limits, Sandbox, sandbox_problem
+from .submissions import choose_notebook, find_notebooks
+
+PROJECT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "lib/seqlab", "autograder")
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope image setup: choose the Ubuntu 24.04 base image (Python 3.12).
+set -euo pipefail
+apt-get update
+apt-get install -y --no-install-recommends bubblewrap python3 python3-venv python3-pip
+python3 -m venv /autograder/venv
+# Gradescope has no GPU: the CPU wheel of torch is a tenth of the size.
+/autograder/venv/bin/pip install --no-cache-dir torch --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/pip install --no-cache-dir "/autograder/source/project[grader]"
+"""
+
+RUN = """#!/usr/bin/env bash
+# Grades /autograder/submission into /autograder/results/results.json (paths overridable).
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
+mkdir -p "$ROOT/results"
+cd "$ROOT/source"
+exec "$PYTHON" -m autograder --course "$ROOT/source/course" gradescope-run {assignment} \\
+    --submission "$ROOT/submission" --results "$ROOT/results/results.json" {flags}
+"""
+
+
+def bundle(assignment: str, out: Path, course: Path = COURSE,
+           limits: Limits | None = None) -> Path:
+    """Write the Gradescope autograder zip for ``assignment``; return its path."""
+    check_assignment(assignment, course)
+    limits = limits or Limits()
+    flags = (f"--timeout-cell {limits.timeout_cell:g} --timeout-notebook "
+             f"{limits.timeout_notebook:g} --memory-mb {limits.memory_mb} "
+             f"--max-procs {limits.max_procs}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in (("setup.sh", SETUP),
+                           ("run_autograder", RUN.format(assignment=assignment, flags=flags))):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o100755 << 16  # executable: Gradescope runs them directly
+            zf.writestr(info, text)
+        zf.write(course / "nbgrader_config.py", "course/nbgrader_config.py")
+        zf.write(source_notebook(assignment, course),
+                 f"course/source/{assignment}/{assignment}.ipynb")
+        for entry in SOURCES:
+            path = PROJECT / entry
+            files = [path] if path.is_file() else sorted(
+                p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            for file in files:
+                zf.write(file, f"project/{file.relative_to(PROJECT)}")
+    os.replace(tmp, out)
+    return out
+
+
+def _hidden_only(source: str) -> bool:
+    """A test cell whose every line of code is a hidden test: Gradescope hides it entirely."""
+    inside, visible = False, False
+    for line in source.splitlines():
+        text = line.strip()
+        if text.upper().startswith("### BEGIN HIDDEN TESTS"):
+            inside = True
+        elif text.upper().startswith("### END HIDDEN TESTS"):
+            inside = False
+        elif text and not text.startswith("#") and not inside:
+            visible = True
+    return not visible
+
+
+def _results(score: float, output: str, tests: list[dict]) -> dict:
+    return {"score": score, "output": output, "tests": tests, "visibility": "visible",
+            "stdout_visibility": "hidden"}
+
+
+def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
+        limits: Limits | None = None) -> dict:
+    """Grade one Gradescope submission folder; always write ``results``, even on failure."""
+    from .execute import Grading
+
+    results = Path(results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    master = read_notebook(source_notebook(assignment, course))
+    steps_master = [master_step(c) for c in master["cells"]]
+    zero = [{"name": s.grade_id, "score": 0.0, "max_score": s.points,
+             "visibility": "hidden" if _hidden_only(s.source) else "visible"}
+            for s in steps_master if s.kind == "test"]
+    try:
+        problem = sandbox_problem()
+        if problem:
+            raise RuntimeError(f"the autograder cannot sandbox student code here: {problem}; "
+                               "please tell your instructor")
+        chosen = choose_notebook("student", find_notebooks(Path(submission)), assignment)
+        if chosen.problem:
+            report = _results(0.0, chosen.problem, zero)
+        else:
+            steps = plan(master, read_notebook(chosen.notebook))
+            with tempfile.TemporaryDirectory() as tmp:
+                sandbox = Sandbox(Path(tmp) / "support", limits or Limits())
+                result = Grading(steps, sandbox, f"gradescope-{os.getpid()}",
+                                 Path(tmp) / "scratch").run()
+            visibility = {t["name"]: t["visibility"] for t in zero}
+            tests = [{"name": t["test"], "score": t["points"], "max_score": t["max_points"],
+                      "output": "passed" if t["passed"] else t["message"],
+                      "visibility": visibility.get(t["test"], "visible")}
+                     for t in result["tests"]]
+            report = _results(sum(t["score"] for t in tests),
+                              f"{result['status']}. {result['message']}".strip(), tests)
+    except Exception as err:  # never leave Gradescope without a results.json
+        report = _results(0.0, f"grading failed ({type(err).__name__}: {err}); this is not "
+                               "your fault, please tell your instructor", zero)
+    tmp = results.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    os.replace(tmp, results)
+    return report
