@@ -22,6 +22,8 @@ $(VENV)/.installed: pyproject.toml
 		$(BIN)/python -m pip install $(TORCH); \
 	fi
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	@command -v bwrap >/dev/null || echo "note: bubblewrap is missing; grading student code needs" \
+		"it (sudo apt-get install bubblewrap)"
 	touch $@
 
 # Containers often run as root, which Jupyter refuses unless told.
@@ -37,12 +39,12 @@ course: setup
 	$(BIN)/python -m seqlab.course $(if $(FULL),--full) --out executed $(NOTEBOOKS)
 
 # Instructors: make release A=01_language_models OUT=release/
-#              make grade A=01_language_models SUBMISSIONS=submissions.zip OUT=graded/
+#              make grade A=01_language_models SUBMISSIONS=submissions.zip OUT=graded/ ARGS="--workers 4"
 release: setup
 	$(BIN)/python -m autograder release $(A) --out $(OUT)
 
 grade: setup
-	$(BIN)/python -m autograder grade $(A) --submissions $(SUBMISSIONS) --out $(OUT)
+	$(BIN)/python -m autograder grade $(A) --submissions $(SUBMISSIONS) --out $(OUT) $(ARGS)
 
 selftest: setup
 	$(BIN)/python -m autograder selftest $(A)
