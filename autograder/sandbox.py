@@ -100,7 +100,7 @@ class Sandbox:
         self.support = Path(support).resolve()
         if write:
             self._write_support()
-        probe = _cgroup_dirs("probe")
+        probe = _cgroup_dirs(f"probe-{os.getpid()}")
         self.cgroups = bool(probe)
         for folder in probe.values():
             folder.rmdir()
@@ -173,7 +173,10 @@ class Sandbox:
                 args += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
-        made: set[Path] = set()
+        # /tmp first: a venv under /tmp (CI checkouts) is then bound on top of it, not hidden
+        args += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+                 "--dev", "/dev", "--proc", "/proc"]
+        made: set[Path] = {Path("/tmp")}
         bound = self._bound()
         for root in bound:
             if root != Path("/usr") and Path("/usr") not in root.parents:
@@ -182,7 +185,6 @@ class Sandbox:
         args += ["--perms", "0755", "--dir", "/grader",
                  "--ro-bind", str(self.support / "runner.py"), "/grader/runner.py",
                  "--ro-bind", str(self.support / "site"), "/grader/site",
-                 "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch",
                  "--chdir", "/scratch", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                  "--unshare-uts", "--die-with-parent", "--new-session", "--clearenv"]

@@ -35,14 +35,19 @@ def find_notebooks(folder: Path) -> list[Path]:
                   if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("._"))
 
 
+MAX_MEMBER = 200 * 2**20  # bytes; zipfile never inflates a member past its declared size
+
+
 def _extract(archive: Path, dest: Path) -> Path:
-    """Unzip safely: members that would land outside ``dest`` are skipped."""
+    """Unzip safely: members that would land outside ``dest``, and members over MAX_MEMBER
+    (zip bombs), are skipped."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     with zipfile.ZipFile(archive) as zf:
         for member in zf.infolist():
             target = (dest / member.filename).resolve()
-            if root in target.parents and not member.is_dir():
+            if root in target.parents and not member.is_dir() and \
+                    member.file_size <= MAX_MEMBER:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(member))
                 stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()

@@ -131,7 +131,10 @@ def cases(out, port) -> dict:
            "    try:\n        open(path, 'w').write('student_id,score\\nspy,100\\n')\n"
            "        found.append(path)\n    except Exception as err:\n"
            "        print('blocked', type(err).__name__)\n"
-           "print('LEAKED' if found else 'sealed')\n")
+           "print('LEAKED' if found else 'sealed')\n"
+           "for path in ['/tmp/note', 'note', '/usr/note']:\n    try:\n"
+           "        open(path, 'w').write('x')\n        print('wrote', path)\n"
+           "    except OSError as err:\n        print('read-only', path)\n")
     return {
         "correct": (solution(), (FULL, "graded", "")),
         "partly": (solution(perplexity=WRONG_PP), (15, "graded", "")),
@@ -291,6 +294,7 @@ def test_the_sandbox_hides_the_course_and_the_network(hostile, server):
     _, out, rows, subs, _ = hostile
     spy = printed(out, "spy")
     assert "sealed" in spy and "LEAKED" not in spy and spy.count("blocked") == 7
+    assert "wrote /tmp/note" in spy and "wrote note" in spy and "read-only /usr/note" in spy
     with open(out / "grades.csv") as handle:
         assert [r["student_id"] for r in csv.DictReader(handle)].count("spy") == 1
     assert "offline" in printed(out, "network") and _Catch.hits == 0
@@ -314,13 +318,17 @@ def test_huge_outputs_are_truncated_and_feedback_hides_hidden_tests(hostile):
         failed[0]["message"]
 
 
-def test_nbgrader_export_agrees_with_grades_csv(hostile):
-    _, out, rows, _, _ = hostile
-    result = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "export.csv"],
-                            cwd=out / "course", capture_output=True, text=True,
+def nbgrader(out, *args):
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=out / "course",
+                            capture_output=True, text=True,
                             env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:"
                                                        f"{os.environ['PATH']}"})
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_nbgrader_export_agrees_with_grades_csv(hostile):
+    _, out, rows, _, _ = hostile
+    nbgrader(out, "export", "--to", "export.csv")
     with open(out / "course" / "export.csv") as handle:
         exported = {r["student_id"]: r for r in csv.DictReader(handle)}
     graded = {s: r for s, r in rows.items() if r["status"] != "ungradable"}
@@ -367,3 +375,11 @@ def test_flags_are_checked(tmp_path):
                                  "--submissions", str(tmp_path), "--out", str(tmp_path / "o"),
                                  flag, value], capture_output=True, text=True)
         assert result.returncode == 2 and flag.lstrip("-").replace("-", "_") in result.stderr
+
+
+def test_nbgrader_feedback_works_on_the_gradebook_and_hides_hidden_tests(hostile):
+    _, out, _, _, _ = hostile
+    nbgrader(out, "generate_feedback", A, "--student", "partly", "--force")
+    page = (out / "course" / "feedback" / "partly" / A / f"{A}.html").read_text()
+    assert "Score: 15.0 / 18.0" in page
+    assert "_oracle_counts" not in page and "HIDDEN TESTS" not in page
