@@ -74,8 +74,7 @@ class Grading:
 
     def run(self) -> dict:
         start = time.monotonic()
-        stop = ""
-        session = None
+        stop, session, i = "", None, 0
         try:
             session = Session(self.sandbox, self.name, self.scratch)
             for i, step in enumerate(self.steps):
@@ -109,6 +108,8 @@ class Grading:
                 self.tests.append({"test": step.grade_id, "points": 0.0,
                                    "max_points": step.points, "passed": False,
                                    "message": "not run: " + (stop or "the grading stopped")})
+        order = {s.grade_id: k for k, s in enumerate(self.steps) if s.kind == "test"}
+        self.tests.sort(key=lambda t: order[t["test"]])
         if stop:
             self.problems.insert(0, stop)
         return {"status": self.status, "message": " ".join(self.problems)[:1000],

@@ -20,6 +20,7 @@ import os
 import pickle
 import select
 import struct
+import subprocess
 import time
 import types
 from collections import Counter, OrderedDict
@@ -111,6 +112,8 @@ class Session:
         self.callbacks: dict[str, object] = {}
         self.buffer = b""
         self.closed = False
+        self.deadline = time.monotonic() + START_SECONDS  # of the current test cell
+        self.timed_out = False  # whether a call of the current test cell ran out of time
         reply = self._receive(time.monotonic() + START_SECONDS)
         if reply.get("op") != "ready":
             raise ProtocolError("the sandbox did not start")
@@ -151,6 +154,11 @@ class Session:
         return message
 
     def _gone(self, timed_out: bool = False) -> SandboxGone:
+        if not timed_out:
+            try:  # the pipe closes a moment before the process is reaped
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         code = self.proc.poll()
         out_of_memory = self.close()
         if timed_out:
@@ -163,6 +171,9 @@ class Session:
             code - 128 if code is not None and code > 128 else 0)  # bwrap reports 128 + signal
         how = {11: "a segmentation fault", 9: "killed", 6: "aborted"}.get(
             signum, f"signal {signum}" if signum else f"exit code {code}")
+        if code is None:
+            return SandboxGone("the kernel closed its connection to the grader and stopped "
+                               "answering")
         return SandboxGone(f"the kernel died ({how}; os._exit, a crash, or out of memory)")
 
     def close(self) -> bool:
@@ -234,7 +245,7 @@ class Session:
 
     def budget(self) -> float:
         """Seconds left for the current test cell (set by the executor)."""
-        return max(0.1, getattr(self, "deadline", time.monotonic() + 30) - time.monotonic())
+        return max(0.1, self.deadline - time.monotonic())
 
     def _result(self, reply: dict):
         if reply.get("op") == "value":

@@ -252,8 +252,11 @@ class Sandbox:
         out_of_memory = False
         for controller, folder in groups.items():
             try:
-                if controller == "memory":
-                    out_of_memory = int((folder / "memory.failcnt").read_text()) > 0
+                if controller == "memory":  # oom_kill counts kills; failcnt (old kernels)
+                    control = (folder / "memory.oom_control").read_text().split()
+                    out_of_memory = (int(control[control.index("oom_kill") + 1]) > 0
+                                     if "oom_kill" in control else
+                                     int((folder / "memory.failcnt").read_text()) > 0)
                 elif controller == "unified":
                     events = (folder / "memory.events").read_text().split()
                     out_of_memory = int(events[events.index("oom_kill") + 1]) > 0

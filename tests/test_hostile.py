@@ -8,9 +8,13 @@ installs it).
 import csv
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -383,3 +387,53 @@ def test_nbgrader_feedback_works_on_the_gradebook_and_hides_hidden_tests(hostile
     page = (out / "course" / "feedback" / "partly" / A / f"{A}.html").read_text()
     assert "Score: 15.0 / 18.0" in page
     assert "_oracle_counts" not in page and "HIDDEN TESTS" not in page
+
+
+def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
+    """formgrader (nbgrader's web UI) on a copy of the graded course: it lists our scores,
+    renders the graded notebook, and a manual score given there reaches `nbgrader export`."""
+    _, out, rows, _, _ = hostile
+    course = tmp_path / "course"
+    shutil.copytree(out / "course", course)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}",
+         "--ServerApp.token=t0ken", "--allow-root", f"--ServerApp.root_dir={course}"],
+        cwd=course, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def call(path, data=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                         method="PUT" if data else "GET",
+                                         headers={"Authorization": "token t0ken"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read().decode()
+            return json.loads(body) if path.startswith("/formgrader/api") else body
+
+    try:
+        for _ in range(120):
+            try:
+                call("/formgrader/api/status")
+                break
+            except OSError:
+                time.sleep(0.5)
+        listed = {n["student"]: n for n in call(f"/formgrader/api/submitted_notebooks/{A}/{A}")}
+        assert {s: n["score"] for s, n in listed.items()} == {
+            s: r["score"] + (3.6 if s == "late" else 0)  # formgrader shows the raw score
+            for s, r in rows.items() if r["status"] != "ungradable"}
+        assert listed["partly"]["failed_tests"] and not listed["correct"]["failed_tests"]
+        page = call(f"/formgrader/submissions/{listed['partly']['id']}/")
+        assert "AssertionError" in page and "_oracle_counts" not in page
+        grades = call(f"/formgrader/api/grades?submission_id={listed['partly']['id']}")
+        wrong = next(g for g in grades if g["name"] == "test_perplexity")
+        call(f"/formgrader/api/grade/{wrong['id']}", json.dumps({"manual_score": 3}).encode())
+    finally:
+        server.terminate()
+        server.wait(30)
+    nbgrader_in = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "e.csv"],
+                                 cwd=course, capture_output=True, text=True)
+    assert nbgrader_in.returncode == 0, nbgrader_in.stderr[-2000:]
+    with open(course / "e.csv") as handle:
+        exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)}
+    assert exported["partly"] == FULL
