@@ -24,7 +24,7 @@ from . import gradebook
 from .course import COURSE, check_assignment, generate, source_notebook, working_course
 from .feedback import write_feedback
 from .late import LatePolicy, load_timestamps
-from .normalize import Step, master_step, plan, read_notebook
+from .normalize import Step, master_step, plan, read_notebook, withheld
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
 
@@ -33,9 +33,9 @@ COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "message"
 _sandbox: Sandbox | None = None  # one per worker process
 
 
-def _start_worker(support: str, limits: Limits, unsafe: bool) -> None:
+def _start_worker(support: str, limits: Limits, unsafe: bool, withhold: tuple[str, ...]) -> None:
     global _sandbox
-    _sandbox = Sandbox(Path(support), limits, unsafe, write=False)
+    _sandbox = Sandbox(Path(support), limits, unsafe, write=False, withhold=withhold)
 
 
 def _grade_one(steps: list[Step], name: str, scratch: str) -> dict:
@@ -153,7 +153,7 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
     run = _Run(assignment, out, work, max_score, release, policy or LatePolicy(),
                load_timestamps(timestamps), log)
-    sandbox = Sandbox(out / "sandbox", limits, unsafe)
+    sandbox = Sandbox(out / "sandbox", limits, unsafe, withhold=withheld(master))
     log(f"grading {assignment} with {workers} worker(s); {sandbox.limits_in_force}")
 
     jobs, seen = [], set()
@@ -181,7 +181,8 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
     os.environ.setdefault("PYTHONHASHSEED", "0")
     with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
                              initializer=_start_worker,
-                             initargs=(str(sandbox.support), limits, unsafe)) as pool:
+                             initargs=(str(sandbox.support), limits, unsafe,
+                                       sandbox.withheld)) as pool:
         started = time.perf_counter()
         futures = {pool.submit(_grade_one, steps, f"{os.getpid()}-{order}",
                                str(out / "scratch" / student)): (order, sub, student, steps)

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from .course import COURSE, check_assignment, source_notebook
-from .normalize import master_step, plan, read_notebook
+from .normalize import master_step, plan, read_notebook, withheld
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import choose_notebook, find_notebooks
 
@@ -119,7 +119,8 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
         else:
             steps = plan(master, read_notebook(chosen.notebook))
             with tempfile.TemporaryDirectory() as tmp:
-                sandbox = Sandbox(Path(tmp) / "support", limits or Limits())
+                sandbox = Sandbox(Path(tmp) / "support", limits or Limits(),
+                                  withhold=withheld(master))
                 result = Grading(steps, sandbox, f"gradescope-{os.getpid()}",
                                  Path(tmp) / "scratch").run()
             visibility = {t["name"]: t["visibility"] for t in zero}

@@ -116,3 +116,14 @@ def plan(master: dict, student: dict) -> list[Step]:
             at += 1
         items.insert(at, (m, step))
     return [step for _, step in items]
+
+
+def withheld(master: dict) -> tuple[str, ...]:
+    """Packages the master notebook withholds from the sandbox (``metadata.autograder.withhold``),
+    e.g. torch where gradients must be computed by hand."""
+    names = master.get("metadata", {}).get("autograder", {}).get("withhold", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.isidentifier()
+                                              for n in names):
+        raise ValueError(f"metadata.autograder.withhold must be a list of package names, "
+                         f"got {names!r}")
+    return tuple(names)

@@ -5,7 +5,8 @@ environment, and a support folder with the runner. The course (source notebooks,
 the gradebook, the output folder and every other student's files are simply not there. It has no
 network (a fresh network namespace: not even the host's loopback), writes only to its own
 size-capped scratch tmpfs, and runs as ``nobody`` when the grader is root. Packages an answer must
-not call (the course's reference implementation, nltk, sacrebleu) are withheld: stubs that raise
+not call (the course's reference implementation, nltk, sacrebleu, and whatever an assignment's
+master notebook lists under ``metadata.autograder.withhold``) are withheld: stubs that raise
 ImportError shadow them, and their real folders are covered by empty mounts.
 
 Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
@@ -94,9 +95,11 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
 class Sandbox:
     """Knows how to start ``runner.py`` for one submission, and how to clean up after it."""
 
-    def __init__(self, support: Path, limits: Limits, unsafe: bool = False, write: bool = True):
+    def __init__(self, support: Path, limits: Limits, unsafe: bool = False, write: bool = True,
+                 withhold: tuple[str, ...] = ()):
         self.limits = limits
         self.unsafe = unsafe
+        self.withheld = tuple(dict.fromkeys((*WITHHELD, *withhold)))
         self.support = Path(support).resolve()
         if write:
             self._write_support()
@@ -123,7 +126,7 @@ class Sandbox:
         shutil.copy(RUNNER, self.support / "runner.py")
         (site / "autograder" / "__init__.py").write_text("")
         shutil.copy(CHECKS, site / "autograder" / "checks.py")
-        for name in WITHHELD:
+        for name in self.withheld:
             if name == "autograder":
                 continue
             (site / name).mkdir()
@@ -140,7 +143,7 @@ class Sandbox:
 
     def _withheld_mounts(self, bound: list[Path]) -> list[str]:
         args = []
-        for name in WITHHELD:
+        for name in self.withheld:
             spec = importlib.util.find_spec(name)
             if spec is None or not spec.origin or not Path(spec.origin).exists():
                 continue
