@@ -90,7 +90,7 @@ class Runner:
         try:
             from IPython.core.interactiveshell import InteractiveShell
 
-            self.shell = InteractiveShell.instance()
+            self.shell = InteractiveShell.instance(colors="NoColor")  # plain text tracebacks
             self.ns = self.shell.user_ns
             self.run_cell = self.shell.run_cell  # bound now: patching the shell later is moot
         except Exception:  # no IPython: plain exec, magics fail as syntax errors

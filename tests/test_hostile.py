@@ -437,3 +437,24 @@ def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
     with open(course / "e.csv") as handle:
         exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)}
     assert exported["partly"] == FULL
+
+
+def test_without_cgroups_rlimits_still_cap_memory(tmp_path):
+    """Hosts that do not let the grader create cgroups (laptops, some containers) fall back to
+    rlimits: the allocation fails inside the student's cell and grading goes on."""
+    from autograder.execute import Grading
+    from autograder.normalize import plan, read_notebook
+    from autograder.sandbox import Sandbox
+
+    master = read_notebook(source_notebook(A))
+    submitted = tmp_path / "hw.ipynb"
+    submitted.write_text(json.dumps(with_cell(solution(), "ffn_forward",
+                                              "hog = b'x' * (3 * 2**30)\n")))
+    student = read_notebook(submitted)
+    sandbox = Sandbox(tmp_path / "support", LIMITS)
+    sandbox.cgroups = False
+    assert "rlimit" in sandbox.limits_in_force
+    result = Grading(plan(master, student), sandbox, "rlimit", tmp_path / "scratch").run()
+    assert result["status"] == "graded"
+    assert "MemoryError" in result["message"]
+    assert sum(t["points"] for t in result["tests"]) == FULL
