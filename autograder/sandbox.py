@@ -7,7 +7,8 @@ network (a fresh network namespace: not even the host's loopback), writes only t
 size-capped scratch tmpfs, and runs as ``nobody`` when the grader is root. Packages an answer must
 not call (the course's reference implementation, nltk, sacrebleu, and whatever an assignment's
 master notebook lists under ``metadata.autograder.withhold``) are withheld: stubs that raise
-ImportError shadow them, and their real folders are covered by empty mounts.
+ImportError shadow them, and their real folders are covered by empty mounts, so no sys.path
+trick reaches them.
 
 Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
 to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
@@ -150,10 +151,7 @@ class Sandbox:
             folder = Path(spec.origin).resolve().parent
             visible = any(r == folder or r in folder.parents for r in [*bound, Path("/usr")])
             if spec.submodule_search_locations and visible:
-                args += ["--tmpfs", str(folder), "--ro-bind",
-                         str(self.support / "site" / name / "__init__.py"),
-                         str(folder / "__init__.py")] if name != "autograder" else [
-                    "--tmpfs", str(folder)]
+                args += ["--tmpfs", str(folder)]  # the stub on PYTHONPATH explains the absence
         return args
 
     def _dirs_for(self, path: Path, made: set[Path]) -> list[str]:

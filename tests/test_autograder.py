@@ -14,17 +14,6 @@ from autograder.release import ReleaseLeak, leaks, release
 from autograder.selftest import selftest
 
 A = "01_language_models"
-PERPLEXITY_CELL = "perplexity"
-
-
-def solution_with(**replacements):
-    """The source solution with some answer cells (by grade_id) replaced."""
-    nb = nbformat.read(source_notebook(A), as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in replacements:
-            cell.source = replacements[grade_id]
-    return nb
 
 
 def test_release_has_no_secrets(tmp_path):
