@@ -18,12 +18,14 @@ from nltk.lm.preprocessing import pad_both_ends, padded_everygram_pipeline
 from nltk.util import ngrams
 
 from seqlab.data import load_corpus
-from seqlab.lm import NGramLM
+from seqlab.lm import BOS, EOS, NGramLM
 
 
 def nltk_events(sentences, n):
-    """The events seqlab scores: n-1 <s> on the left, one </s> at the end."""
-    return [list(ngrams(list(pad_both_ends(s, n=n))[: len(s) + n], n)) for s in sentences]
+    """The events seqlab scores: n-1 <bos> on the left, one <eos> at the end."""
+    return [list(ngrams(list(pad_both_ends(s, n, left_pad_symbol=BOS,
+                                           right_pad_symbol=EOS))[: len(s) + n], n))
+            for s in sentences]
 
 
 def timed(fn):
@@ -45,7 +47,7 @@ def main():
         train = [s.split() for s in load_corpus("toy-lm")[: args.sentences]]
         test = [s.split() for s in load_corpus("toy-lm", "test")[: args.score]]
     n = 3
-    vocab_text = [w for s in train for w in s] + ["<s>", "</s>"]
+    vocab_text = [w for s in train for w in s] + ["<bos>", "<eos>"]
     known = set(vocab_text)  # out-of-vocabulary conventions differ: compare known words only
     events = [e for s in test for e in nltk_events([s], n)[0] if known.issuperset(e)]
     print(f"{len(train)} training sentences, {len(events)} scored trigrams")

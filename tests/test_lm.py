@@ -8,6 +8,8 @@ import torch
 
 from seqlab import seed_everything
 from seqlab.lm import (
+    BOS,
+    EOS,
     SMOOTHINGS,
     FeedForwardLM,
     NGramLM,
@@ -67,7 +69,7 @@ def test_perplexity_edge_cases():
 def test_every_history_gives_a_distribution(smoothing, n):
     for seed in range(3):
         lm = NGramLM(n, smoothing, k=0.5).fit(random_corpus(seed))
-        histories = [(), ("w1",), ("w2", "w3"), ("<s>", "w0"), ("never", "seen"), ("w9", "w1")]
+        histories = [(), ("w1",), ("w2", "w3"), ("<bos>", "w0"), ("never", "seen"), ("w9", "w1")]
         for h in histories:
             probs = np.array([lm.prob(w, h) for w in lm.vocab])
             np.testing.assert_allclose(lm.distribution(h), probs, rtol=1e-12, atol=1e-15)
@@ -82,16 +84,16 @@ def test_every_history_gives_a_distribution(smoothing, n):
 
 def test_vocab_padding_and_unknown_words():
     lm = NGramLM(2, "mle").fit(CORPUS)
-    assert set(lm.vocab) == {"the", "cat", "sat", "dog", "a", "ran", "down", "<unk>", "</s>"}
-    assert "<s>" not in lm.vocab
-    assert lm.prob("the", ()) == pytest.approx(3 / 4)  # history <s>: 3 of 4 sentences
-    assert lm.prob("</s>", ("sat",)) == 1.0
+    assert set(lm.vocab) == {"the", "cat", "sat", "dog", "a", "ran", "down", "<unk>", "<eos>"}
+    assert "<bos>" not in lm.vocab
+    assert lm.prob("the", ()) == pytest.approx(3 / 4)  # history <bos>: 3 of 4 sentences
+    assert lm.prob("<eos>", ("sat",)) == 1.0
     assert lm.prob("zebra", ("the",)) == lm.prob("<unk>", ("the",)) == 0.0
     assert lm.sentence_logprob(["the", "cat", "sat"]) == pytest.approx(
         math.log(3 / 4 * 2 / 3 * 1 / 3 * 1.0)
     )
-    assert len(lm.token_logprobs([])) == 1  # the empty sentence still predicts </s>
-    assert lm.prob("</s>", ()) == 0.0
+    assert len(lm.token_logprobs([])) == 1  # the empty sentence still predicts <eos>
+    assert lm.prob("<eos>", ()) == 0.0
 
 
 def test_mle_equals_count_ratios_and_nltk():
@@ -102,12 +104,14 @@ def test_mle_equals_count_ratios_and_nltk():
     corpus = random_corpus(5, n_sent=40)
     for n in (2, 3):
         ours = NGramLM(n, "mle").fit(corpus)
-        # nltk pads both ends with n-1 markers; only the first </s> is a predicted event here
-        train = [list(ngrams(list(pad_both_ends(s, n=n))[: len(s) + n], n)) for s in corpus]
+        # nltk pads both ends with n-1 markers; only the first <eos> is a predicted event here
+        train = [list(ngrams(list(pad_both_ends(s, n, left_pad_symbol=BOS,
+                                                right_pad_symbol=EOS))[: len(s) + n], n))
+                 for s in corpus]
         ref = MLE(n)
-        ref.fit(train, vocabulary_text=[w for s in corpus for w in s] + ["<s>", "</s>"])
-        for history in [("w1",) * (n - 1), ("<s>",) * (n - 1), ("w3", "w4")[: n - 1]]:
-            for w in ours.vocab[:-2] + ["</s>"]:
+        ref.fit(train, vocabulary_text=[w for s in corpus for w in s] + ["<bos>", "<eos>"])
+        for history in [("w1",) * (n - 1), ("<bos>",) * (n - 1), ("w3", "w4")[: n - 1]]:
+            for w in ours.vocab[:-2] + ["<eos>"]:
                 assert ours.prob(w, history) == pytest.approx(ref.score(w, list(history)),
                                                               abs=1e-12)
 
@@ -129,7 +133,7 @@ def test_kneser_ney_worked_example():
     d = 0.75
     lm = NGramLM(2, "kneser-ney", discount=d).fit(CORPUS)
     v = len(lm.vocab)
-    bigram_types = {(a, b) for s in CORPUS for a, b in zip(["<s>", *s], [*s, "</s>"])}
+    bigram_types = {(a, b) for s in CORPUS for a, b in zip(["<bos>", *s], [*s, "<eos>"])}
     n_types = len(bigram_types)
     cont = {w: sum(1 for _, b in bigram_types if b == w) for w in lm.vocab}
     t = sum(1 for c in cont.values() if c > 0)
@@ -159,7 +163,7 @@ def test_estimated_discounts():
     corpus = random_corpus(2, n_sent=60)
     lm = NGramLM(3, "kneser-ney", discount="auto").fit(corpus)
     trigrams = Counter(
-        tuple(p[i : i + 3]) for s in corpus for p in [["<s>", "<s>", *s, "</s>"]]
+        tuple(p[i : i + 3]) for s in corpus for p in [["<bos>", "<bos>", *s, "<eos>"]]
         for i in range(len(p) - 2)
     )
     n1 = sum(c == 1 for c in trigrams.values())
@@ -189,7 +193,7 @@ def test_more_context_lowers_perplexity_on_the_toy_language():
 def test_generate_is_seeded_and_stops():
     lm = NGramLM(2, "kneser-ney").fit(CORPUS)
     assert lm.generate(seed=3) == lm.generate(seed=3)
-    assert all(w in lm.vocab and w != "</s>" for w in lm.generate(seed=3, max_len=5))
+    assert all(w in lm.vocab and w != "<eos>" for w in lm.generate(seed=3, max_len=5))
     assert len(lm.generate(seed=1, max_len=4)) <= 4
     assert NGramLM(2, "mle").fit(CORPUS).generate(context=["zebra"]) == []
 
@@ -213,7 +217,7 @@ def test_bad_input():
         NGramLM(2).fit(["the cat sat"])
     lm = NGramLM(2).fit(CORPUS)
     with pytest.raises(ValueError, match="never predicted"):
-        lm.prob("<s>", ())
+        lm.prob("<bos>", ())
     with pytest.raises(TypeError, match="context must be a tuple"):
         lm.prob("cat", "the")
 
@@ -254,6 +258,6 @@ def test_feedforward_lm_learns_the_toy_language():
     torch.testing.assert_close(lps, manual.detach())
     unigram = NGramLM(1, "add-k").fit(train).perplexity(test)
     assert perplexity(lps) < 0.6 * unigram
-    sample = model.sample(vocab.bos_id, vocab.eos_id, seed=4)
-    assert sample == model.sample(vocab.bos_id, vocab.eos_id, seed=4) and len(sample) <= 30
+    sample = model.sample(seed=4)
+    assert sample == model.sample(seed=4) and len(sample) <= 30
     assert vocab.eos_id not in sample

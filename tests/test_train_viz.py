@@ -86,3 +86,67 @@ def test_plots_are_labelled():
     ax = bar_distribution(["a", "b", "c"], [0.2, 0.5, 0.3], title="p(next)")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["b", "c", "a"]
     plt.close("all")
+
+
+def test_lr_schedule_warmup_then_decay():
+    from seqlab.train import lr_schedule
+
+    model = torch.nn.Linear(2, 2)
+    for kind in ("constant", "inverse_sqrt", "cosine"):
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sched = lr_schedule(opt, warmup=4, kind=kind, total_steps=12)
+        lrs = []
+        for _ in range(12):
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+        if kind == "constant":
+            assert lrs[4:] == pytest.approx([1.0] * 8)
+        elif kind == "inverse_sqrt":
+            assert lrs[8] == pytest.approx(math.sqrt(4 / 9))
+        else:
+            assert lrs[4] == pytest.approx(1.0) and lrs[-1] < 0.05
+    with pytest.raises(ValueError, match="total_steps"):
+        lr_schedule(opt, warmup=4, kind="cosine")
+    with pytest.raises(ValueError, match="kind"):
+        lr_schedule(opt, kind="linear")
+
+
+def test_fit_runs_schedules_hooks_and_evaluates_every_n_steps():
+    from seqlab.train import lr_schedule
+
+    seed_everything(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    steps, epochs = [], []
+    history = fit(model, opt, _data(), _loss, epochs=2, device=torch.device("cpu"),
+                  progress=False, scheduler=lr_schedule(opt, warmup=3), valid_data=_data(seed=1),
+                  eval_every=5, on_step=lambda s, loss: steps.append(s),
+                  on_epoch=lambda e, h: epochs.append(e))
+    assert history.learning_rate[:4] == pytest.approx([0.5 / 3, 1 / 3, 0.5, 0.5])
+    assert [s for s, _ in history.valid_steps] == [5, 10, 15]
+    assert steps == list(range(1, 17)) and epochs == [0, 1]
+    assert model.training  # evaluation put it back in training mode
+    with pytest.raises(ValueError, match="eval_every"):
+        fit(model, opt, _data(), _loss, eval_every=5, progress=False)
+
+
+def test_evaluate_weights_token_means_by_tokens():
+    from seqlab.train import evaluate, token_mean
+
+    model = torch.nn.Embedding(5, 5)
+
+    @token_mean
+    def lm_loss(model, batch):
+        inputs, targets = batch
+        return torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(),
+                                                 ignore_index=0)
+
+    long = (torch.tensor([[1, 2, 3, 4]]), torch.tensor([[2, 3, 4, 1]]))
+    short = (torch.tensor([[1, 2]]), torch.tensor([[2, 0]]))  # one real token, one padding
+    nll = [lm_loss(model, b).item() for b in (long, short)]
+    expected = (4 * nll[0] + 1 * nll[1]) / 5  # per token, not (nll[0] + nll[1]) / 2
+    assert evaluate(model, [long, short], lm_loss) == pytest.approx(expected, rel=1e-6)
+    assert evaluate(model, [long, short], lambda m, b: lm_loss(m, b)) == \
+        pytest.approx(sum(nll) / 2, rel=1e-6)

@@ -57,8 +57,15 @@ class BilinearScore(nn.Module):
         super().__init__()
         self.W = nn.Linear(key_dim, query_dim, bias=False)
 
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W h_i: per-source work, done once before decoding."""
+        return self.W(keys)
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        return dot_score(query, prepared)
+
     def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return dot_score(query, self.W(keys))
+        return self.score_prepared(query, self.prepare_keys(keys))
 
 
 class AdditiveScore(nn.Module):
@@ -70,12 +77,18 @@ class AdditiveScore(nn.Module):
         self.U = nn.Linear(key_dim, attn_dim, bias=False)
         self.v = nn.Linear(attn_dim, 1, bias=False)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        _check_query_keys(query, keys, "additive")
-        projected_keys = self.U(keys)  # once per source, shared by every decoder step
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """U h_i: once per source, shared by every decoder step."""
+        return self.U(keys)
+
+    def score_prepared(self, query: torch.Tensor, projected_keys: torch.Tensor) -> torch.Tensor:
+        _check_query_keys(query, projected_keys, "additive")
         if query.dim() == 3:
             projected_keys = projected_keys[:, None]  # [B, 1, S, A] against [B, T, 1, A]
         return self.v(torch.tanh(self.W(query).unsqueeze(-2) + projected_keys)).squeeze(-1)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return self.score_prepared(query, self.prepare_keys(keys))
 
 
 def make_score(kind: str, query_dim: int, key_dim: int, attn_dim: int | None = None):

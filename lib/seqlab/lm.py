@@ -1,14 +1,17 @@
 """Language models and perplexity: n-gram models with four smoothings, and Bengio's neural LM.
 
-Conventions (lecture 01): a sentence is padded with n-1 ``<s>`` on the left and ends with
-``</s>``; the model predicts every word and the final ``</s>``, never ``<s>``. Words not seen in
-training are mapped to ``<unk>``. Log-probabilities are natural logs throughout.
+Conventions (lecture 01): a sentence is padded with n-1 ``<bos>`` on the left and ends with
+``<eos>``; the model predicts every word and the final ``<eos>``, never ``<bos>``. Words not seen
+in training are mapped to ``<unk>``. Log-probabilities are natural logs throughout. The special
+tokens are the course vocabulary's (``seqlab.data.Vocab``), so every model shares them.
+
+Both models implement the decoding protocol of ``seqlab.decoding``; ``generate`` and ``sample``
+are ``decoding.sample`` on them.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
@@ -16,7 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+from . import decoding
+from .data.vocab import BOS, BOS_ID, EOS, EOS_ID, UNK
+from .train import evaluating, token_mean
+
 SMOOTHINGS = ("mle", "add-k", "interpolated", "kneser-ney")
 
 
@@ -76,8 +82,12 @@ class NGramLM:
       ``discount="auto"`` estimates one discount per order as n1 / (n1 + 2 n2) from the counts
       of counts (Ney, Essen & Kneser 1994), which suits small corpora better than 0.75.
 
-    ``vocab`` is what the model predicts: every training word, ``<unk>`` and ``</s>`` (not ``<s>``).
+    ``vocab`` is what the model predicts: every training word, ``<unk>`` and ``<eos>`` (not
+    ``<bos>``).
     For every history, seen or not, ``prob`` sums to 1 over ``vocab`` for every smoothing but MLE.
+
+    Decoding protocol: token ids are positions in ``vocab``, and ``bos_id`` = ``len(vocab)`` (an
+    input only: its log-probability is always -inf); the state is the last n-1 token ids.
     """
 
     def __init__(
@@ -170,12 +180,12 @@ class NGramLM:
         return counts, total, lam, 1.0 - lam
 
     def prob(self, word: str, context: Sequence[str] = ()) -> float:
-        """P(word | context); the last n-1 words of ``context`` are used, <s>-padded if short."""
+        """P(word | context); the last n-1 words of ``context`` are used, <bos>-padded if short."""
         self._require_fit()
         if not isinstance(word, str):
             raise TypeError(f"word must be a str, got {type(word).__name__}")
         if word == BOS:
-            raise ValueError("<s> is never predicted; it only pads the history")
+            raise ValueError(f"{BOS} is never predicted; it only pads the history")
         word = word if word in self._index else UNK
         history = self._history(context)
         if self.smoothing in ("mle", "add-k"):
@@ -225,7 +235,7 @@ class NGramLM:
         return math.log(p) if p > 0 else -math.inf
 
     def token_logprobs(self, tokens: Sequence[str]) -> list[float]:
-        """log P of each word of the sentence and of the final </s>, given its n-1 predecessors."""
+        """log P of each word of the sentence and of the final <eos>, given its n-1 predecessors."""
         self._require_fit()
         _check_sentences([tokens])
         padded = [BOS] * (self.n - 1) + list(tokens) + [EOS]
@@ -237,43 +247,83 @@ class NGramLM:
         return float(sum(self.token_logprobs(tokens)))
 
     def perplexity(self, sentences: Sequence[Sequence[str]]) -> float:
-        """Per-token perplexity over all predicted tokens (words and one </s> per sentence)."""
+        """Per-token perplexity over all predicted tokens (words and one <eos> per sentence)."""
         _check_sentences(sentences)
         if not sentences:
             raise ValueError("sentences is empty; perplexity needs at least one sentence")
         return perplexity([lp for s in sentences for lp in self.token_logprobs(s)])
 
-    def generate(self, max_len: int = 30, seed: int = 0, context: Sequence[str] = ()) -> list[str]:
-        """Sample words until </s> (not returned) or ``max_len`` words."""
+    # ------------------------------------------------------------------ decoding protocol
+    @property
+    def bos_id(self) -> int:
         self._require_fit()
-        rng = random.Random(seed)
-        history, out = list(context), []
-        for _ in range(max_len):
-            p = self.distribution(history)
-            if p.sum() == 0:  # MLE with an unseen history: nothing to sample
-                break
-            word = rng.choices(self.vocab, weights=p.tolist())[0]
-            if word == EOS:
-                break
-            out.append(word)
-            history.append(word)
-        return out
+        return len(self.vocab)
+
+    @property
+    def eos_id(self) -> int:
+        self._require_fit()
+        return self._index[EOS]
+
+    def encode(self, words: Sequence[str]) -> list[int]:
+        """Token ids of ``words`` (unknown words -> ``<unk>``; ``<bos>`` -> ``bos_id``)."""
+        self._require_fit()
+        return [self.bos_id if w == BOS else self._index.get(w, self._index[UNK]) for w in words]
+
+    def start(self, prompt: torch.Tensor) -> dict:
+        prompt = decoding.check_prompt(prompt, self.bos_id)
+        width = max(self.n - 1, 0)
+        read = prompt[:, :-1]
+        pad = torch.full((prompt.shape[0], width), self.bos_id, dtype=torch.long)
+        history = torch.cat([pad, read.cpu()], dim=1)[:, read.shape[1]:] if width else pad
+        return {"history": history, "next_token": prompt[:, -1].cpu()}
+
+    def step(self, state: dict, last_tokens: torch.Tensor):
+        """log P(next | last n-1 tokens) for each row, [B, len(vocab) + 1] (<bos> column -inf).
+
+        An MLE model after an unseen history has no distribution; there it can only stop, so
+        <eos> gets log-probability 0.
+        """
+        history = state["history"]
+        if self.n > 1:
+            history = torch.cat([history, last_tokens.cpu()[:, None]], dim=1)[:, 1:]
+        words = [*self.vocab, BOS]
+        rows = []
+        for ids in history.tolist():
+            p = self.distribution([words[i] for i in ids])
+            if p.sum() == 0:
+                p = np.zeros_like(p)
+                p[self.eos_id] = 1.0
+            rows.append(np.append(p, 0.0))
+        with np.errstate(divide="ignore"):
+            log_probs = torch.from_numpy(np.log(np.array(rows)))
+        return log_probs, {"history": history}
+
+    select = staticmethod(decoding.select_state)
+
+    def generate(self, max_len: int = 30, seed: int = 0, context: Sequence[str] = ()) -> list[str]:
+        """Sample words until <eos> (not returned) or ``max_len`` words, after ``context``."""
+        self._require_fit()
+        prompt = torch.tensor([[self.bos_id, *self.encode(context)]])
+        ids = decoding.sample(self, prompt, max_len=max_len,
+                              generator=torch.Generator().manual_seed(seed))[0]
+        return [self.vocab[i] for i in ids]
 
 
 # ---------------------------------------------------------------------- neural LM
 class FeedForwardLM(nn.Module):
     """Bengio et al. (2003): embed the n-1 previous words, concatenate, one tanh hidden layer,
     softmax over the vocabulary. ``direct=True`` adds the paper's direct input-to-output
-    connections."""
+    connections. Decoding protocol: the state is the window of the last n-1 token ids."""
 
     def __init__(self, vocab_size: int, context_size: int, embed_dim: int = 32,
-                 hidden_dim: int = 64, direct: bool = False):
+                 hidden_dim: int = 64, direct: bool = False, bos_id: int = BOS_ID,
+                 eos_id: int = EOS_ID):
         super().__init__()
         for name, value in [("vocab_size", vocab_size), ("context_size", context_size),
                             ("embed_dim", embed_dim), ("hidden_dim", hidden_dim)]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        self.context_size = context_size
+        self.context_size, self.bos_id, self.eos_id = context_size, bos_id, eos_id
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.hidden = nn.Linear(context_size * embed_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim, vocab_size)
@@ -290,20 +340,24 @@ class FeedForwardLM(nn.Module):
         logits = self.out(torch.tanh(self.hidden(x)))
         return logits + self.direct(x) if self.direct is not None else logits
 
-    @torch.no_grad()
-    def sample(self, bos_id: int, eos_id: int, max_len: int = 30, seed: int = 0) -> list[int]:
-        """Draw token ids from the model until ``eos_id`` (not returned) or ``max_len`` tokens."""
-        generator = torch.Generator().manual_seed(seed)
-        device = next(self.parameters()).device
-        window, out = [bos_id] * self.context_size, []
-        for _ in range(max_len):
-            logits = self(torch.tensor([window], device=device)).float().cpu()
-            token = int(torch.multinomial(logits.softmax(-1)[0], 1, generator=generator))
-            if token == eos_id:
-                break
-            out.append(token)
-            window = window[1:] + [token]
-        return out
+    def start(self, prompt: torch.Tensor) -> dict:
+        prompt = decoding.check_prompt(prompt, self.bos_id)
+        pad = torch.full((prompt.shape[0], self.context_size), self.bos_id, dtype=torch.long,
+                         device=prompt.device)
+        window = torch.cat([pad, prompt[:, :-1]], dim=1)[:, prompt.shape[1] - 1:]
+        return {"window": window, "next_token": prompt[:, -1]}
+
+    def step(self, state: dict, last_tokens: torch.Tensor):
+        window = torch.cat([state["window"], last_tokens[:, None]], dim=1)[:, 1:]
+        return self(window).float().log_softmax(-1), {"window": window}
+
+    select = staticmethod(decoding.select_state)
+
+    def sample(self, max_len: int = 30, seed: int = 0) -> list[int]:
+        """Draw token ids from the model until <eos> (not returned) or ``max_len`` tokens."""
+        prompt = decoding.bos_prompt(self.bos_id, device=next(self.parameters()).device)
+        return decoding.sample(self, prompt, max_len=max_len,
+                               generator=torch.Generator().manual_seed(seed))[0]
 
 
 def ngram_windows(sentences_ids: Sequence[Sequence[int]], context_size: int, bos_id: int,
@@ -321,6 +375,7 @@ def ngram_windows(sentences_ids: Sequence[Sequence[int]], context_size: int, bos
     return torch.tensor(contexts, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
+@token_mean
 def feedforward_loss(model: FeedForwardLM, batch) -> torch.Tensor:
     """Mean cross-entropy (nats per token) of a (contexts, targets) batch; for ``train.fit``."""
     contexts, targets = batch
@@ -331,11 +386,11 @@ def feedforward_loss(model: FeedForwardLM, batch) -> torch.Tensor:
 def feedforward_logprobs(model: FeedForwardLM, contexts: torch.Tensor, targets: torch.Tensor,
                          batch_size: int = 4096) -> torch.Tensor:
     """log P(target | context) for every window, as a 1-D float tensor (for ``perplexity``)."""
-    model.eval()
     device = next(model.parameters()).device
     out = []
-    for i in range(0, len(targets), batch_size):
-        logits = model(contexts[i : i + batch_size].to(device)).float()
-        lp = logits.log_softmax(-1).gather(1, targets[i : i + batch_size, None].to(device))
-        out.append(lp.squeeze(1).cpu())
+    with evaluating(model):
+        for i in range(0, len(targets), batch_size):
+            logits = model(contexts[i : i + batch_size].to(device)).float()
+            lp = logits.log_softmax(-1).gather(1, targets[i : i + batch_size, None].to(device))
+            out.append(lp.squeeze(1).cpu())
     return torch.cat(out)

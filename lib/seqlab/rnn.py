@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import decoding
 from .data import pad_batch
+from .data.vocab import BOS_ID, EOS_ID
+from .train import evaluating, token_mean
 
 # ---------------------------------------------------------------------- softmax + cross-entropy
 
@@ -322,16 +325,38 @@ class StackedRNN(nn.Module):
 _TORCH_RNNS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
 
+def batch_first_state(state):
+    """torch's RNN state [layers, B, H] (or an LSTM's (h, c) pair of them) -> [B, layers, H]:
+    the decoding protocol keeps the batch on dim 0 of everything in a state."""
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(s.transpose(0, 1) for s in state)
+    return state.transpose(0, 1)
+
+
+def layer_first_state(state):
+    """The inverse of ``batch_first_state``: back to what torch's RNN modules take."""
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(s.transpose(0, 1).contiguous() for s in state)
+    return state.transpose(0, 1).contiguous()
+
+
 class RNNLanguageModel(nn.Module):
-    """Embedding -> nn.RNN (tanh) / nn.LSTM / nn.GRU (cuDNN on a GPU) -> linear layer."""
+    """Embedding -> nn.RNN (tanh) / nn.LSTM / nn.GRU (cuDNN on a GPU) -> linear layer.
+
+    Decoding protocol (``seqlab.decoding``): the state is the RNN's hidden state, batch-first.
+    """
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
                  num_layers: int = 1, cell: str = "lstm", dropout: float = 0.0,
-                 pad_id: int = 0):
+                 pad_id: int = 0, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         super().__init__()
         if cell not in _TORCH_RNNS:
             raise ValueError(f"cell must be one of {sorted(_TORCH_RNNS)}, got {cell!r}")
-        self.pad_id = pad_id
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.cell = cell
         self.rnn = _TORCH_RNNS[cell](embed_dim, hidden_dim, num_layers, batch_first=True,
@@ -346,6 +371,17 @@ class RNNLanguageModel(nn.Module):
         outputs, state = self.rnn(self.drop(self.embed(ids)), state)
         return self.out(self.drop(outputs)), state
 
+    def start(self, prompt: torch.Tensor) -> dict:
+        prompt = decoding.check_prompt(prompt, self.bos_id)
+        hidden = self(prompt[:, :-1])[1] if prompt.shape[1] > 1 else None
+        return {"hidden": batch_first_state(hidden), "next_token": prompt[:, -1]}
+
+    def step(self, state: dict, last_tokens: torch.Tensor):
+        logits, hidden = self(last_tokens[:, None], layer_first_state(state["hidden"]))
+        return logits[:, 0].float().log_softmax(-1), {"hidden": batch_first_state(hidden)}
+
+    select = staticmethod(decoding.select_state)
+
 
 def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = 0):
     """(inputs [B, T], targets [B, T]) with teacher forcing: inputs <bos> w1..wn, targets
@@ -355,6 +391,7 @@ def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = 0):
     return inputs, targets
 
 
+@token_mean
 def rnn_lm_loss(model: RNNLanguageModel, batch) -> torch.Tensor:
     """Mean cross-entropy over the real (non-padding) target tokens; for ``train.fit``."""
     inputs, targets = batch
@@ -367,9 +404,9 @@ def rnn_lm_loss(model: RNNLanguageModel, batch) -> torch.Tensor:
 def rnn_lm_logprobs(model: RNNLanguageModel, inputs: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
     """log P of every real target token (padding dropped), 1-D, for ``lm.perplexity``."""
-    model.eval()
     device = next(model.parameters()).device
-    logits, _ = model(inputs.to(device))
+    with evaluating(model):
+        logits, _ = model(inputs.to(device))
     lp = logits.float().log_softmax(-1).gather(2, targets.to(device)[..., None]).squeeze(2)
     return lp[targets.to(device) != model.pad_id].cpu()
 
@@ -378,11 +415,11 @@ def rnn_lm_logprobs(model: RNNLanguageModel, inputs: torch.Tensor,
 def rnn_next_word_probs(model: RNNLanguageModel, vocab, prefixes: list[list[str]],
                         words: list[str]) -> np.ndarray:
     """P(word | prefix) [len(prefixes), len(words)]: the model reads <bos> + prefix."""
-    model.eval()
     device = next(model.parameters()).device
     inputs, lengths = pad_batch([[vocab.bos_id, *vocab.encode(p)] for p in prefixes],
                                 model.pad_id)
-    logits, _ = model(inputs.to(device))
+    with evaluating(model):
+        logits, _ = model(inputs.to(device))
     last = logits[torch.arange(len(prefixes)), (lengths - 1).to(device)].float().softmax(-1)
     return last[:, [vocab[w] for w in words]].cpu().numpy()
 

@@ -4,9 +4,9 @@ P(y | x) = prod_t P(y_t | y_<t, x): the decoder is a conditional language model.
 teacher forcing (the decoder reads the gold previous word); the loss is the mean over real
 target tokens, J = (1/T) sum_t J_t, padding excluded.
 
-Every model exposes the decoding interface of the course: ``start(src, src_lengths) -> state``,
-``step(state, last_tokens) -> (log_probs [B, V], state)``, ``select(state, indices) -> state``;
-greedy decoding here and beam search later are written once against it.
+``Seq2Seq`` implements the decoding protocol of ``seqlab.decoding``: ``start(src, src_lengths)``
+encodes the sources once, ``step`` runs one decoder step; greedy decoding, beam search and
+sampling are written once, there, for every model.
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from . import decoding
 from .attention import make_score, masked_softmax
 from .bleu import corpus_bleu
 from .data import pad_batch
+from .rnn import batch_first_state, layer_first_state
+from .train import token_mean
 
 _RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -85,7 +88,11 @@ class Decoder(nn.Module):
         self.rnn = _rnn(cell, embed_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim, vocab_size)
 
-    def forward(self, tgt_in, state, enc_outputs=None, src_mask=None):
+    def prepare(self, enc_outputs):
+        """Per-source work done once before decoding (nothing without attention)."""
+        return enc_outputs
+
+    def forward(self, tgt_in, state, enc_outputs=None, src_mask=None, keys=None):
         """Teacher-forced pass over a whole target: logits [B, T, V], final state, None."""
         outputs, state = self.rnn(self.embed(tgt_in), state)
         return self.out(outputs), state, None
@@ -107,20 +114,30 @@ class AttentionDecoder(Decoder):
         self.score = make_score(score, hidden_dim, enc_dim)  # a Module registers itself
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim)
 
-    def attention(self, states, enc_outputs, src_mask):
-        """states [B, T, H] -> (contexts [B, T, enc_dim], weights [B, T, S]), all steps at once."""
-        weights = masked_softmax(self.score(states, enc_outputs), src_mask[:, None, :])
+    def prepare(self, enc_outputs):
+        """The score's keys (U h_i for additive, W h_i for bilinear), computed once per source."""
+        prepare = getattr(self.score, "prepare_keys", None)
+        return prepare(enc_outputs) if prepare is not None else enc_outputs
+
+    def attention(self, states, enc_outputs, src_mask, keys=None):
+        """states [B, T, H] -> (contexts [B, T, enc_dim], weights [B, T, S]), all steps at once.
+
+        ``keys`` are ``prepare(enc_outputs)`` when the caller has them already.
+        """
+        keys = self.prepare(enc_outputs) if keys is None else keys
+        score = getattr(self.score, "score_prepared", self.score)
+        weights = masked_softmax(score(states, keys), src_mask[:, None, :])
         return weights @ enc_outputs, weights
 
-    def forward(self, tgt_in, state, enc_outputs, src_mask):
+    def forward(self, tgt_in, state, enc_outputs, src_mask, keys=None):
         states, state = self.rnn(self.embed(tgt_in), state)
-        contexts, weights = self.attention(states, enc_outputs, src_mask)
+        contexts, weights = self.attention(states, enc_outputs, src_mask, keys)
         hidden = torch.tanh(self.combine(torch.cat([contexts, states], dim=-1)))
         return self.out(hidden), state, weights
 
 
 class Seq2Seq(nn.Module):
-    """Encoder + decoder, trained with teacher forcing, decoded greedily or with ``decoding``."""
+    """Encoder + decoder, trained with teacher forcing; decoded by ``seqlab.decoding``."""
 
     def __init__(self, encoder: Encoder, decoder: Decoder, bos_id: int, eos_id: int,
                  pad_id: int = 0):
@@ -131,71 +148,54 @@ class Seq2Seq(nn.Module):
     def forward(self, src, src_lengths, tgt_in, teacher_forcing: float = 1.0):
         """Logits [B, T, V] for every target position.
 
-        With ``teacher_forcing`` < 1, each step reads the gold previous word with that
-        probability and the model's own greedy prediction otherwise (scheduled sampling).
+        With ``teacher_forcing`` < 1 (scheduled sampling, Bengio et al. 2015), each step reads,
+        for every sentence on its own, the gold previous word with that probability and the
+        model's own greedy prediction otherwise: one coin per token, as in the paper, so a batch
+        mixes both within a step. The coins come from torch's generator (seeded by
+        ``seed_everything``).
         """
         if not 0.0 <= teacher_forcing <= 1.0:
             raise ValueError(f"teacher_forcing must be in [0, 1], got {teacher_forcing}")
-        enc_outputs, state = self.encoder(src, src_lengths)
-        src_mask = src != self.pad_id
         if teacher_forcing == 1.0:
-            return self.decoder(tgt_in, state, enc_outputs, src_mask)[0]
-        logits, token = [], tgt_in[:, 0]
+            enc_outputs, state = self.encoder(src, src_lengths)
+            return self.decoder(tgt_in, state, enc_outputs, src != self.pad_id)[0]
+        state = self.start(src, src_lengths)
+        log_probs, token = [], tgt_in[:, 0]
         for t in range(tgt_in.shape[1]):
-            step_logits, state, _ = self.decoder(token[:, None], state, enc_outputs, src_mask)
-            logits.append(step_logits[:, 0])
+            step_log_probs, state = self.step(state, token)
+            log_probs.append(step_log_probs)
             if t + 1 < tgt_in.shape[1]:
-                gold = random.random() < teacher_forcing
-                token = tgt_in[:, t + 1] if gold else step_logits[:, 0].argmax(-1)
-        return torch.stack(logits, dim=1)
+                gold = torch.rand(token.shape[0], device=token.device) < teacher_forcing
+                token = torch.where(gold, tgt_in[:, t + 1], step_log_probs.argmax(-1))
+        return torch.stack(log_probs, dim=1)  # log-probs are logits: softmax gives them back
 
-    # -- the decoding interface
+    # -- the decoding protocol (seqlab.decoding)
     def start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
-        enc_outputs, state = self.encoder(src, src_lengths)
-        return {"enc_outputs": enc_outputs, "src_mask": src != self.pad_id, "hidden": state,
+        enc_outputs, hidden = self.encoder(src, src_lengths)
+        return {"enc_outputs": enc_outputs, "keys": self.decoder.prepare(enc_outputs),
+                "src_mask": src != self.pad_id, "hidden": batch_first_state(hidden),
                 "attention": None}
 
     def step(self, state: dict, last_tokens: torch.Tensor):
-        logits, hidden, weights = self.decoder(last_tokens[:, None], state["hidden"],
-                                               state["enc_outputs"], state["src_mask"])
-        new = {**state, "hidden": hidden,
+        logits, hidden, weights = self.decoder(
+            last_tokens[:, None], layer_first_state(state["hidden"]), state["enc_outputs"],
+            state["src_mask"], state["keys"])
+        new = {**state, "hidden": batch_first_state(hidden),
                "attention": None if weights is None else weights[:, 0]}
         return logits[:, 0].float().log_softmax(-1), new
 
-    def select(self, state: dict, indices: torch.Tensor) -> dict:
-        """Reorder or repeat the batch rows of ``state`` (beam search keeps the best rows)."""
-        hidden = state["hidden"]  # [layers, B, H], or a (h, c) pair for the LSTM
-        hidden = (tuple(h[:, indices] for h in hidden) if isinstance(hidden, tuple)
-                  else hidden[:, indices])
-        attention = state["attention"]
-        return {"enc_outputs": state["enc_outputs"][indices],
-                "src_mask": state["src_mask"][indices], "hidden": hidden,
-                "attention": None if attention is None else attention[indices]}
+    select = staticmethod(decoding.select_state)
 
-    @torch.no_grad()
     def greedy(self, src, src_lengths, max_len: int = 60):
-        """Batched greedy decoding; each sentence stops at <eos> or ``max_len`` tokens.
+        """``decoding.greedy`` that also keeps the attention weights of every step.
 
-        Returns (token id lists without <eos>, attention weights [B, steps, S] or None).
+        Returns (token id lists without <eos>, attention [B, steps, S] or None).
         """
-        self.eval()
-        state = self.start(src, src_lengths)
-        batch = src.shape[0]
-        tokens = torch.full((batch,), self.bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        out, attention = [], []
-        for _ in range(max_len):
-            log_probs, state = self.step(state, tokens)
-            tokens = log_probs.argmax(-1)
-            out.append(tokens)
-            if state["attention"] is not None:
-                attention.append(state["attention"])
-            done |= tokens == self.eos_id
-            if done.all():
-                break
-        steps = torch.stack(out, dim=1).tolist()
-        results = [ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids for ids in steps]
-        return results, (torch.stack(attention, dim=1) if attention else None)
+        attention = []
+        ids = decoding.greedy(self, src, src_lengths, max_len=max_len,
+                              on_step=lambda state: attention.append(state["attention"]))
+        weights = None if attention[0] is None else torch.stack(attention, dim=1)
+        return ids, weights
 
 
 def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = 0):
@@ -207,6 +207,7 @@ def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = 0):
     return src, src_lengths, tgt_in, tgt_out
 
 
+@token_mean
 def seq2seq_loss(model: Seq2Seq, batch, teacher_forcing: float = 1.0) -> torch.Tensor:
     """Mean cross-entropy over real target tokens (padding ignored); for ``train.fit``."""
     src, src_lengths, tgt_in, tgt_out = batch
@@ -239,15 +240,21 @@ def curriculum_batches(pairs_ids, batch_size: int, steps: int, start_len: int, e
     return batches
 
 
-def translate(model: Seq2Seq, sentences: list[str], src_vocab, tgt_vocab, max_len: int = 60,
-              batch_size: int = 256) -> list[str]:
-    """Greedy translations of whitespace-tokenized ``sentences``, as strings."""
+def translate(model, sentences: list[str], src_vocab, tgt_vocab, max_len: int = 60,
+              batch_size: int = 256, decode=decoding.greedy) -> list[str]:
+    """Translations of whitespace-tokenized ``sentences``, as strings.
+
+    ``model`` is any seq2seq model of the decoding protocol whose ``start`` takes (src [B, S],
+    src_lengths [B]): the RNN models here and ``transformer.TransformerSeq2Seq``. ``decode`` is
+    any decoder of ``seqlab.decoding`` with the signature of ``greedy``.
+    """
+    decoding.check_generator(model)
     device = next(model.parameters()).device
     out = []
     for i in range(0, len(sentences), batch_size):
         chunk = [src_vocab.encode(s.split()) for s in sentences[i : i + batch_size]]
         src, lengths = pad_batch(chunk, src_vocab.pad_id)
-        ids, _ = model.greedy(src.to(device), lengths.to(device), max_len)
+        ids = decode(model, src.to(device), lengths.to(device), max_len=max_len)
         out += [" ".join(tgt_vocab.decode(x)) for x in ids]
     return out
 

@@ -1,11 +1,13 @@
-"""One training loop for every topic: progress bar, clipping, autocast, early stopping, checkpoints.
+"""One training loop for every topic: progress bar, clipping, autocast, learning-rate schedules,
+evaluation, early stopping, checkpoints.
 
-A topic supplies ``loss_fn(model, batch) -> scalar loss``; the loop does the rest the same way
-everywhere, so students read it once.
+A topic supplies ``loss_fn(model, batch) -> scalar loss`` (the mean over the batch's target
+tokens); the loop does the rest the same way everywhere, so students read it once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -22,13 +24,78 @@ from .device import autocast, get_device
 
 @dataclass
 class History:
-    """What ``fit`` measured: mean loss per epoch, loss per step, and the best epoch."""
+    """What ``fit`` measured: mean loss per epoch, loss and learning rate per step, validation
+    loss per epoch (and ``(step, loss)`` pairs when evaluating every N steps), the best epoch."""
 
     train_loss: list[float] = field(default_factory=list)
     valid_loss: list[float] = field(default_factory=list)
     step_loss: list[float] = field(default_factory=list)
+    learning_rate: list[float] = field(default_factory=list)
+    valid_steps: list[tuple[int, float]] = field(default_factory=list)
     best_epoch: int | None = None
     stopped_early: bool = False
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """Eval mode (no dropout) inside the block, the model's previous mode after it.
+
+    Every helper that scores or decodes uses this, so none leaves a model in eval mode.
+    """
+    was_training = getattr(model, "training", None)
+    if was_training is not None:
+        model.eval()
+    try:
+        yield model
+    finally:
+        if was_training is not None:
+            model.train(was_training)
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, warmup: int = 0, kind: str = "constant",
+                total_steps: int | None = None) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup over ``warmup`` steps, then ``kind``:
+
+    - ``"constant"``: the optimizer's learning rate;
+    - ``"inverse_sqrt"``: lr * sqrt(warmup / step) (Vaswani et al. 2017, rescaled so the peak is
+      the optimizer's lr);
+    - ``"cosine"``: down to 0 at ``total_steps`` along half a cosine.
+
+    Post-LN Transformers need the warmup; pre-LN ones mostly do not (lecture 05).
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if kind not in ("constant", "inverse_sqrt", "cosine"):
+        raise ValueError(f"kind must be 'constant', 'inverse_sqrt' or 'cosine', got {kind!r}")
+    if kind == "cosine" and (not isinstance(total_steps, int) or total_steps <= warmup):
+        raise ValueError(f"a cosine schedule needs total_steps > warmup ({warmup}), got "
+                         f"{total_steps!r}")
+
+    def factor(step: int) -> float:  # step = optimizer steps taken so far
+        if step < warmup:
+            return (step + 1) / warmup
+        if kind == "inverse_sqrt":
+            return math.sqrt(max(warmup, 1) / (step + 1))
+        if kind == "cosine":
+            progress = min(1.0, (step - warmup) / (total_steps - warmup))
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def target_count(batch, pad_id: int = 0) -> int:
+    """How many real target tokens a batch holds: the non-padding entries of its last tensor,
+    the targets in every batch format of the course's sequence models."""
+    return int((batch[-1] != pad_id).sum())
+
+
+def token_mean(loss_fn: Callable) -> Callable:
+    """Mark ``loss_fn`` as a mean over target tokens, so ``evaluate`` weights each batch by its
+    ``target_count`` and returns the loss per token over the whole data set, whose exp is the
+    perplexity (a mean of batch means over-weights the tokens of short batches)."""
+    loss_fn.batch_weight = target_count
+    return loss_fn
 
 
 def to_device(batch, device: torch.device):
@@ -49,18 +116,22 @@ def _batches(data) -> Iterable:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data, loss_fn: Callable, device=None) -> float:
-    """Mean of ``loss_fn`` over the batches of ``data``, in eval mode, without gradients."""
+    """Mean loss over ``data``, in eval mode, without gradients.
+
+    Batches are weighted by ``loss_fn.batch_weight(batch)`` when the loss says how (see
+    ``token_mean``: then the result is the loss per target token), equally otherwise.
+    """
     device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
+    weight = getattr(loss_fn, "batch_weight", lambda batch: 1)
     total, count = 0.0, 0
-    for batch in _batches(data):
-        with autocast(device):
-            total += float(loss_fn(model, to_device(batch, device)))
-        count += 1
-    model.train(was_training)
+    with evaluating(model):
+        for batch in _batches(data):
+            n = weight(batch)
+            with autocast(device):
+                total += float(loss_fn(model, to_device(batch, device))) * n
+            count += n
     if count == 0:
-        raise ValueError("evaluate got no batches")
+        raise ValueError("evaluate got no batches (or no target tokens)")
     return total / count
 
 
@@ -78,13 +149,22 @@ def fit(
     checkpoint: str | Path | None = None,
     device: torch.device | None = None,
     progress: bool = True,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    eval_every: int | None = None,
+    on_step: Callable | None = None,
+    on_epoch: Callable | None = None,
 ) -> History:
     """Train ``model`` and return its ``History``.
 
     - ``clip``: clip the global gradient norm to this value (RNNs need it).
     - ``max_steps``: stop after this many optimizer steps in total (FAST mode uses it).
+    - ``scheduler``: stepped after every optimizer step (see ``lr_schedule``).
+    - ``valid_data``: evaluated (per target token) after every epoch, and every ``eval_every``
+      steps when given (``history.valid_steps``).
     - ``patience``: with ``valid_data``, stop once validation loss has not improved for this many
       epochs, and restore the best weights.
+    - ``on_step(step, loss)`` after every optimizer step and ``on_epoch(epoch, history)`` after
+      every epoch: hooks for schedules of your own (scheduled sampling's teacher-forcing rate).
     - ``checkpoint``: save model, optimizer and history there after every epoch.
     - On CUDA the forward pass runs under bf16 autocast; elsewhere in float32.
     """
@@ -94,6 +174,10 @@ def fit(
         raise ValueError(f"clip must be a positive float or None, got {clip!r}")
     if patience is not None and valid_data is None:
         raise ValueError("patience (early stopping) needs valid_data to watch")
+    if eval_every is not None and (valid_data is None or not isinstance(eval_every, int)
+                                   or eval_every < 1):
+        raise ValueError(f"eval_every must be an int >= 1 and needs valid_data, got "
+                         f"{eval_every!r}")
     device = device or get_device()
     model.to(device)
     history, best_loss, best_state, bad_epochs, steps = History(), math.inf, None, 0, 0
@@ -117,12 +201,19 @@ def fit(
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
+            history.learning_rate.append(optimizer.param_groups[0]["lr"])
+            if scheduler is not None:
+                scheduler.step()
             steps += 1
             history.step_loss.append(loss.item())
             epoch_total += history.step_loss[-1]
             epoch_count += 1
             # refresh=False: a redraw per step makes Jupyter, not training, the bottleneck
             bar.set_postfix(loss=f"{history.step_loss[-1]:.3f}", refresh=False)
+            if eval_every is not None and steps % eval_every == 0:
+                history.valid_steps.append((steps, evaluate(model, valid_data, loss_fn, device)))
+            if on_step is not None:
+                on_step(steps, history.step_loss[-1])
             if max_steps is not None and steps >= max_steps:
                 break
         history.train_loss.append(epoch_total / max(epoch_count, 1))
@@ -135,6 +226,8 @@ def fit(
                     best_state = copy.deepcopy(model.state_dict())
             else:
                 bad_epochs += 1
+        if on_epoch is not None:
+            on_epoch(epoch, history)
         if checkpoint is not None:
             save_checkpoint(checkpoint, model, optimizer, history)
         if patience is not None and bad_epochs >= patience:

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 
 PAD, UNK, BOS, EOS, MASK = "<pad>", "<unk>", "<bos>", "<eos>", "<mask>"
 SPECIALS = (PAD, UNK, BOS, EOS, MASK)
+# Every Vocab puts the specials first, so their ids are the same in every vocabulary.
+PAD_ID, BOS_ID, EOS_ID = SPECIALS.index(PAD), SPECIALS.index(BOS), SPECIALS.index(EOS)
 
 
 class Vocab:
