@@ -7,6 +7,7 @@ from seqlab.data import (
     Vocab,
     bucket_batches,
     char_tokenize,
+    lm_windows,
     load_corpus,
     pad_batch,
     padding_mask,
@@ -93,3 +94,30 @@ def test_buckets_cover_everything_once_with_similar_lengths():
     assert batches == bucket_batches(lengths, batch_size=32, seed=1)
     with pytest.raises(ValueError, match="batch_size"):
         bucket_batches(lengths, batch_size=0)
+
+
+def test_lm_windows_shift_targets_by_one_and_are_repeatable():
+    ids = list(range(10, 110))  # token i is followed by i + 1
+    batches = lm_windows(ids, block_size=8, batch_size=4, n_batches=5, seed=3)
+    assert len(batches) == 5
+    for inputs, targets in batches:
+        assert inputs.shape == targets.shape == (4, 8) and inputs.dtype == torch.long
+        assert torch.equal(targets, inputs + 1)
+        assert torch.equal(inputs[:, 1:], inputs[:, :-1] + 1)  # contiguous windows
+    again = lm_windows(ids, block_size=8, batch_size=4, n_batches=5, seed=3)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
+    assert not torch.equal(batches[0][0], lm_windows(ids, 8, 4, 5, seed=4)[0][0])
+    assert max(int(x.max()) for _, x in batches) <= 109  # never reads past the end
+
+
+def test_lm_windows_in_order_cover_the_stream_once():
+    ids = list(range(5, 31))  # 26 tokens: windows of 5 start at 0, 5, 10, 15, 20
+    batches = lm_windows(ids, block_size=5, batch_size=2)
+    starts = [int(row[0]) - 5 for inputs, _ in batches for row in inputs]
+    assert starts == [0, 5, 10, 15, 20] and [len(b[0]) for b in batches] == [2, 2, 1]
+    with pytest.raises(ValueError, match="block_size"):
+        lm_windows(ids, block_size=0, batch_size=2)
+    with pytest.raises(ValueError, match="at least block_size"):
+        lm_windows(ids[:5], block_size=5, batch_size=2)
+    with pytest.raises(TypeError, match="sequence of token ids"):
+        lm_windows("hello world", block_size=2, batch_size=2)

@@ -52,3 +52,42 @@ def bucket_batches(
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def lm_windows(
+    ids: Sequence[int], block_size: int, batch_size: int, n_batches: int | None = None,
+    seed: int = 0,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(inputs [B, T], targets [B, T]) batches of windows cut from one long token stream.
+
+    A window starting at i reads ``ids[i : i + T]`` and predicts ``ids[i + 1 : i + T + 1]``
+    (targets are the inputs shifted by one), the way character LMs train on running text.
+    With ``n_batches``, that many batches of windows at random starts (repeatable by ``seed``);
+    without, every non-overlapping window in order, for evaluation (the last batch may be
+    smaller, a tail shorter than one window is dropped).
+    """
+    for name, value in (("block_size", block_size), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if n_batches is not None and (isinstance(n_batches, bool) or not isinstance(n_batches, int)
+                                  or n_batches < 1):
+        raise ValueError(f"n_batches must be None or an int >= 1, got {n_batches!r}")
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, torch.Tensor)):
+        raise TypeError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
+    stream = torch.as_tensor(ids, dtype=torch.long)
+    if stream.dim() != 1 or len(stream) < block_size + 1:
+        raise ValueError(f"ids must be 1-D and hold at least block_size + 1 = {block_size + 1} "
+                         f"tokens, got shape {tuple(stream.shape)}")
+    if n_batches is None:
+        starts = torch.arange(0, len(stream) - block_size, block_size)
+        groups = starts.split(batch_size)
+    else:
+        g = torch.Generator().manual_seed(seed)
+        groups = torch.randint(0, len(stream) - block_size, (n_batches, batch_size),
+                               generator=g).unbind(0)
+    offsets = torch.arange(block_size + 1)
+    batches = []
+    for group in groups:
+        windows = stream[group[:, None] + offsets]  # [B, T + 1]
+        batches.append((windows[:, :-1], windows[:, 1:]))
+    return batches
