@@ -17,15 +17,18 @@ from seqlab.data import (
 
 def test_specials_come_first_and_pad_is_zero():
     vocab = Vocab.build([["b", "a", "b"]])
-    assert vocab.itos[:5] == list(SPECIALS) and vocab.pad_id == 0
-    assert vocab.itos[5:] == ["b", "a"]  # by frequency
+    assert vocab.itos[: len(SPECIALS)] == list(SPECIALS) and vocab.pad_id == 0
+    ids = [vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id, vocab.mask_id]
+    assert ids == [0, 1, 2, 3, 4]  # existing ids never move
+    assert (vocab.cls_id, vocab.sep_id) == (5, 6)
+    assert vocab.itos[len(SPECIALS) :] == ["b", "a"]  # by frequency
 
 
 def test_build_min_freq_max_size_and_ties():
     sents = [["x", "y", "z", "z", "w"], ["y", "z"]]
-    assert Vocab.build(sents).itos[5:] == ["z", "y", "w", "x"]  # ties alphabetical
-    assert Vocab.build(sents, min_freq=2).itos[5:] == ["z", "y"]
-    assert Vocab.build(sents, max_size=1).itos[5:] == ["z"]
+    assert Vocab.build(sents).itos[len(SPECIALS) :] == ["z", "y", "w", "x"]  # ties alphabetical
+    assert Vocab.build(sents, min_freq=2).itos[len(SPECIALS) :] == ["z", "y"]
+    assert Vocab.build(sents, max_size=1).itos[len(SPECIALS) :] == ["z"]
     with pytest.raises(ValueError, match="min_freq"):
         Vocab.build(sents, min_freq=0)
     with pytest.raises(TypeError, match="tokenized sentences"):

@@ -6,7 +6,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 PAD, UNK, BOS, EOS, MASK = "<pad>", "<unk>", "<bos>", "<eos>", "<mask>"
-SPECIALS = (PAD, UNK, BOS, EOS, MASK)
+CLS, SEP = "<cls>", "<sep>"  # BERT's sentence-pair markers (lecture 08), after the first five
+SPECIALS = (PAD, UNK, BOS, EOS, MASK, CLS, SEP)
 # Every Vocab puts the specials first, so their ids are the same in every vocabulary.
 PAD_ID, BOS_ID, EOS_ID = SPECIALS.index(PAD), SPECIALS.index(BOS), SPECIALS.index(EOS)
 
@@ -62,6 +63,8 @@ class Vocab:
     bos_id = property(lambda self: self.stoi[BOS])
     eos_id = property(lambda self: self.stoi[EOS])
     mask_id = property(lambda self: self.stoi[MASK])
+    cls_id = property(lambda self: self.stoi[CLS])
+    sep_id = property(lambda self: self.stoi[SEP])
 
     def encode(self, tokens: Sequence[str], bos: bool = False, eos: bool = False) -> list[int]:
         """Ids of ``tokens`` (unknown ones -> ``<unk>``), optionally wrapped in <bos> ... <eos>."""

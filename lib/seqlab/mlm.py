@@ -1,0 +1,270 @@
+"""BERT-style masked language modelling (Devlin et al. 2019): masking, sentence pairs, a small
+BERT built from the encoder layers of ``seqlab.transformer``, fill-in-the-blank, fine-tuning.
+
+A left-to-right LM cannot use the right context; an encoder that sees both sides would see the
+word it must predict. Masking is the way out: hide 15% of the tokens and predict only those.
+Of the hidden ones 80% become ``<mask>``, 10% a random token and 10% stay, so the model
+cannot assume that only ``<mask>`` positions matter, which fine-tuning never shows it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data.vocab import CLS, MASK, PAD, SEP, SPECIALS, Vocab
+from .train import evaluating
+from .transformer import EncoderLayer, padding_key_mask
+
+IGNORE = -100  # the label of unselected positions: cross_entropy(ignore_index=-100) skips it
+
+
+# ---------------------------------------------------------------------- masking
+def _check_rate(name: str, value, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (0 < value < 1 if low_open else 0 <= value <= 1):
+        raise ValueError(f"{name} must be in {'(0, 1)' if low_open else '[0, 1]'}, got {value!r}")
+    return float(value)
+
+
+def _special_ids(vocab) -> torch.Tensor:
+    if not isinstance(vocab, Vocab):
+        raise TypeError(f"vocab must be a seqlab.data.Vocab, got {type(vocab).__name__}")
+    missing = [t for t in (PAD, MASK, CLS, SEP) if t not in vocab]
+    if missing:
+        raise ValueError(f"vocab lacks the special token(s) {missing}; build it with "
+                         "seqlab.data.Vocab, which always has them")
+    return torch.tensor([vocab.stoi[t] for t in SPECIALS if t in vocab])
+
+
+def mask_tokens(ids: torch.Tensor, vocab: Vocab, *, p: float = 0.15, mask_rate: float = 0.8,
+                random_rate: float = 0.1, generator: torch.Generator | None = None,
+                exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose positions to predict and corrupt them: (inputs, labels), both LongTensor [B, T].
+
+    Positions are chosen among the non-special tokens only (never <pad>, <cls>, <sep>, <bos>,
+    <eos>, <mask>, <unk>). ``exact=False`` draws each with probability ``p`` (as HuggingFace's
+    collator does); ``exact=True`` picks exactly max(1, round(p * n)) per sequence, n its length
+    without padding, specials counted (as BERT's data script does), or all its candidates if
+    fewer. Of the chosen, ``mask_rate`` become <mask>, ``random_rate`` a random token, the rest
+    stay. ``labels`` hold the original id at chosen positions and -100 elsewhere.
+
+    Random replacements are drawn from the ordinary tokens only; the reference implementations
+    draw from the whole vocabulary, specials included, which can put a <sep> or <pad> in the
+    middle of a sentence: a corruption no input ever shows again.
+    """
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        raise ValueError(f"ids must be a LongTensor [batch, length], got "
+                         f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids)}")
+    p = _check_rate("p", p, low_open=True)
+    mask_rate, random_rate = _check_rate("mask_rate", mask_rate), \
+        _check_rate("random_rate", random_rate)
+    if mask_rate + random_rate > 1:
+        raise ValueError(f"mask_rate + random_rate must be at most 1, got {mask_rate} + "
+                         f"{random_rate}")
+    specials = _special_ids(vocab).to(ids.device)
+    if len(vocab) <= len(specials):
+        raise ValueError("vocab has no ordinary token to choose or to draw at random")
+    candidates = ~torch.isin(ids, specials)
+
+    def uniform():
+        return torch.rand(ids.shape, generator=generator).to(ids.device)
+
+    if exact:
+        lengths = (ids != vocab.pad_id).sum(1)
+        want = torch.clamp((p * lengths.double()).round().long(), min=1)
+        score = uniform().masked_fill(~candidates, -1.0)  # candidates rank first
+        rank = score.argsort(dim=1, descending=True).argsort(dim=1)
+        selected = (rank < want[:, None]) & candidates
+    else:
+        selected = (uniform() < p) & candidates
+    action = uniform()
+    to_mask = selected & (action < mask_rate)
+    to_random = selected & (action >= mask_rate) & (action < mask_rate + random_rate)
+    random_ids = torch.randint(len(specials), len(vocab), ids.shape, generator=generator)
+    inputs = ids.masked_fill(to_mask, vocab.mask_id)
+    inputs = torch.where(to_random, random_ids.to(ids.device), inputs)
+    labels = ids.masked_fill(~selected, IGNORE)
+    return inputs, labels
+
+
+# ---------------------------------------------------------------------- sentence pairs
+def pack_pair(a: Sequence[int], b: Sequence[int] | None, vocab: Vocab, max_len: int
+              ) -> tuple[list[int], list[int]]:
+    """``<cls> A <sep> B <sep>`` (or ``<cls> A <sep>``) and its segment ids (0 for <cls>, A
+    and the first <sep>; 1 for B and the last <sep>), at most ``max_len`` tokens: the longer
+    side loses its last token until the pair fits (BERT's script also trims the front at
+    random)."""
+    a, b = list(a), None if b is None else list(b)
+    specials = 3 if b is not None else 2
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < specials + 1:
+        raise ValueError(f"max_len must be an int >= {specials + 1}, got {max_len!r}")
+    while len(a) + len(b or []) + specials > max_len:
+        (a if b is None or len(a) >= len(b) else b).pop()
+    ids = [vocab.cls_id, *a, vocab.sep_id]
+    segments = [0] * len(ids)
+    if b is not None:
+        ids += [*b, vocab.sep_id]
+        segments += [1] * (len(b) + 1)
+    return ids, segments
+
+
+def nsp_pairs(documents: Sequence[Sequence[Sequence[int]]], seed: int = 0
+              ) -> list[tuple[list[int], list[int], int]]:
+    """Next-sentence-prediction examples (A, B, label) from documents (lists of segments).
+
+    For every segment A that has a successor: half the time B is that successor (label 1 =
+    "is next"), half the time a segment of another document (label 0). BERT's data script uses
+    this convention; d2l's uses the opposite labels, so say which when you compare.
+    """
+    if sum(1 for d in documents if d) < 2:
+        raise ValueError("nsp_pairs needs at least two non-empty documents")
+    rng = random.Random(seed)
+    out = []
+    for i, doc in enumerate(documents):
+        for j in range(len(doc) - 1):
+            if rng.random() < 0.5:
+                out.append((list(doc[j]), list(doc[j + 1]), 1))
+            else:
+                other = rng.choice([k for k, d in enumerate(documents) if k != i and d])
+                out.append((list(doc[j]), list(rng.choice(documents[other])), 0))
+    return out
+
+
+def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad packed (ids, segments) to (ids [B, T], segments [B, T])."""
+    width = max(len(ids) for ids, _ in packed)
+    ids = torch.full((len(packed), width), pad_id, dtype=torch.long)
+    segments = torch.zeros((len(packed), width), dtype=torch.long)
+    for i, (x, s) in enumerate(packed):
+        ids[i, : len(x)], segments[i, : len(s)] = torch.tensor(x), torch.tensor(s)
+    return ids, segments
+
+
+# ---------------------------------------------------------------------- the model
+class BertModel(nn.Module):
+    """An encoder-only Transformer with BERT's embeddings and heads.
+
+    Input: token + learned position + segment embeddings, LayerNorm, dropout; then
+    ``n_layers`` encoder layers of ``seqlab.transformer`` (no causal mask: every token sees
+    both sides; padding is never attended to). Heads: the MLM head (dense, GELU, LayerNorm,
+    then the token embedding matrix transposed: the output weights ARE the input embeddings)
+    and the NSP head on the pooled <cls> vector (dense + tanh, then 2 classes).
+    ``norm="pre"`` trains more easily at small scale; BERT itself is post-LN.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 128, n_heads: int = 4,
+                 n_layers: int = 2, max_len: int = 128, dropout: float = 0.1,
+                 norm: str = "pre", pad_id: int = 0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.positions = nn.Embedding(max_len, d_model)
+        self.segments = nn.Embedding(2, d_model)
+        self.embed_ln, self.drop = nn.LayerNorm(d_model), nn.Dropout(dropout)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, 4 * d_model, dropout, norm)
+                                    for _ in range(n_layers))
+        self.final_ln = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+        self.mlm_dense, self.mlm_ln = nn.Linear(d_model, d_model), nn.LayerNorm(d_model)
+        self.mlm_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.pooler, self.nsp = nn.Linear(d_model, d_model), nn.Linear(d_model, 2)
+
+    def encode(self, ids: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states [B, T, d] of every position."""
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+            raise ValueError(f"ids must be a LongTensor [batch, length], got "
+                             f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else ids!r}")
+        if ids.shape[1] > self.positions.num_embeddings:
+            raise ValueError(f"sequences of {ids.shape[1]} tokens exceed max_len="
+                             f"{self.positions.num_embeddings}")
+        segments = torch.zeros_like(ids) if segments is None else segments
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions) + self.segments(segments)
+        x, mask = self.drop(self.embed_ln(x)), padding_key_mask(ids, self.pad_id)
+        for layer in self.layers:
+            x = layer(x, mask)[0]
+        return self.final_ln(x)
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Scores of every vocabulary token at every position, with the tied output matrix."""
+        h = self.mlm_ln(F.gelu(self.mlm_dense(hidden)))
+        return h @ self.tokens.weight.T + self.mlm_bias
+
+    def pooled(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The <cls> position's vector through the pooler: the whole input in one vector."""
+        return torch.tanh(self.pooler(hidden[:, 0]))
+
+    def forward(self, ids, segments=None):
+        """(MLM logits [B, T, V], NSP logits [B, 2])."""
+        hidden = self.encode(ids, segments)
+        return self.mlm_logits(hidden), self.nsp(self.pooled(hidden))
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the labelled (chosen) positions only; -100 elsewhere is skipped."""
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} must "
+                         "share [batch, length]")
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+
+
+def pretrain_loss(model: BertModel, batch) -> torch.Tensor:
+    """For ``train.fit``: batch = (inputs, segments, labels) for MLM only, or with NSP labels
+    as a fourth entry, whose cross-entropy is then added (BERT's two objectives)."""
+    inputs, segments, labels, *nsp = batch
+    mlm, nsp_logits = model(inputs, segments)
+    loss = mlm_loss(mlm, labels)
+    return loss + F.cross_entropy(nsp_logits.float(), nsp[0]) if nsp else loss
+
+
+@torch.no_grad()
+def fill_mask(model: BertModel, vocab: Vocab, tokens: Sequence[str], k: int = 5
+              ) -> list[list[tuple[str, float]]]:
+    """For each ``<mask>`` in ``tokens``, the k most probable fillers with their probabilities.
+
+    ``tokens`` is one sentence without <cls>/<sep> (added here), e.g.
+    ``"the dog <mask> today".split()``. Special tokens are never proposed.
+    """
+    if isinstance(tokens, str):
+        raise TypeError("tokens must be a list of str, e.g. 'the <mask> runs'.split()")
+    where = [i + 1 for i, t in enumerate(tokens) if t == MASK]
+    if not where:
+        raise ValueError(f"tokens must contain at least one {MASK}, got {list(tokens)}")
+    ids = torch.tensor([[vocab.cls_id, *vocab.encode(list(tokens)), vocab.sep_id]],
+                       device=model.tokens.weight.device)
+    with evaluating(model):
+        logits = model.mlm_logits(model.encode(ids))[0].float()
+    logits[:, _special_ids(vocab).to(logits.device)] = float("-inf")
+    probs = logits.softmax(-1)
+    out = []
+    for i in where:
+        top = probs[i].topk(k)
+        out.append([(vocab.itos[j], float(q)) for q, j in zip(top.values, top.indices)])
+    return out
+
+
+class BertClassifier(nn.Module):
+    """A pretrained ``BertModel`` with a new linear layer on its pooled <cls> vector:
+    fine-tuning trains both (the encoder's weights are a starting point, not frozen)."""
+
+    def __init__(self, bert: BertModel, n_classes: int, dropout: float = 0.1):
+        super().__init__()
+        if not isinstance(bert, BertModel):
+            raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
+        self.bert, self.drop = bert, nn.Dropout(dropout)
+        self.head = nn.Linear(bert.pooler.out_features, n_classes)
+
+    def forward(self, ids, segments=None):
+        return self.head(self.drop(self.bert.pooled(self.bert.encode(ids, segments))))
+
+
+def classifier_loss(model: BertClassifier, batch) -> torch.Tensor:
+    """For ``train.fit``: batch = (ids, segments, class labels)."""
+    ids, segments, labels = batch
+    return F.cross_entropy(model(ids, segments).float(), labels)

@@ -1,0 +1,169 @@
+"""Masked language modelling: masking statistics on a million tokens, packing, a small BERT."""
+
+import pytest
+import torch
+
+from seqlab import seed_everything
+from seqlab.data import SPECIALS, Vocab
+from seqlab.mlm import (
+    IGNORE,
+    BertClassifier,
+    BertModel,
+    collate_pairs,
+    fill_mask,
+    mask_tokens,
+    mlm_loss,
+    nsp_pairs,
+    pack_pair,
+    pretrain_loss,
+)
+
+VOCAB = Vocab([f"w{i}" for i in range(5000)])
+
+
+def corpus(rows=2000, length=500, seed=0):
+    """Ordinary tokens framed by <cls> ... <sep>, padded on the right: 10^6 positions."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(len(SPECIALS), len(VOCAB), (rows, length), generator=g)
+    lengths = torch.randint(length // 2, length + 1, (rows,), generator=g)
+    ids[:, 0] = VOCAB.cls_id
+    ids[torch.arange(rows), lengths - 1] = VOCAB.sep_id
+    ids[torch.arange(length)[None] >= lengths[:, None]] = VOCAB.pad_id
+    ids[:, 7] = VOCAB.bos_id  # a few more specials that must never be chosen
+    ids[:, 9] = VOCAB.mask_id
+    return ids
+
+
+def test_masking_statistics_over_a_million_tokens():
+    ids = corpus()
+    assert ids.numel() == 10**6
+    inputs, labels = mask_tokens(ids, VOCAB, generator=torch.Generator().manual_seed(1))
+    special = torch.isin(ids, torch.arange(len(SPECIALS)))
+    chosen = labels != IGNORE
+    assert not (chosen & special).any()  # never a special token
+    assert torch.equal(labels[chosen], ids[chosen])
+    assert torch.equal(inputs[~chosen], ids[~chosen])  # nothing else changes
+    share = chosen.sum().item() / (~special).sum().item()
+    assert abs(share - 0.15) < 0.002
+    n = chosen.sum().item()
+    masked = (inputs[chosen] == VOCAB.mask_id).sum().item() / n
+    kept = (inputs[chosen] == ids[chosen]).sum().item() / n
+    randomised = 1 - masked - kept
+    assert abs(masked - 0.8) < 0.005 and abs(kept - 0.1) < 0.005
+    assert abs(randomised - 0.1) < 0.005
+    replaced = inputs[chosen & (inputs != ids) & (inputs != VOCAB.mask_id)]
+    assert (replaced >= len(SPECIALS)).all()  # random tokens are never specials
+
+
+def test_exact_counts_and_determinism():
+    ids = corpus(rows=50, length=40, seed=2)
+    _, labels = mask_tokens(ids, VOCAB, exact=True, generator=torch.Generator().manual_seed(3))
+    n = (ids != VOCAB.pad_id).sum(1)
+    candidates = (~torch.isin(ids, torch.arange(len(SPECIALS)))).sum(1)
+    want = torch.minimum(torch.clamp((0.15 * n.double()).round().long(), min=1), candidates)
+    assert torch.equal((labels != IGNORE).sum(1), want)
+    a = mask_tokens(ids, VOCAB, generator=torch.Generator().manual_seed(4))
+    b = mask_tokens(ids, VOCAB, generator=torch.Generator().manual_seed(4))
+    c = mask_tokens(ids, VOCAB, generator=torch.Generator().manual_seed(5))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[1], c[1])
+
+
+def test_bad_masking_arguments():
+    ids = corpus(rows=2, length=10)
+    for kwargs, match in [({"p": 0.0}, "p must"), ({"p": 1.0}, "p must"),
+                          ({"mask_rate": 0.8, "random_rate": 0.3}, "at most 1"),
+                          ({"mask_rate": -0.1}, "mask_rate")]:
+        with pytest.raises(ValueError, match=match):
+            mask_tokens(ids, VOCAB, **kwargs)
+    with pytest.raises(TypeError, match="Vocab"):
+        mask_tokens(ids, {"<pad>": 0})
+    with pytest.raises(ValueError, match="LongTensor"):
+        mask_tokens(ids.float(), VOCAB)
+
+
+def test_packing_segments_and_truncation():
+    vocab = Vocab(["a", "b", "c", "d"])
+    a, b = vocab.encode(["a", "b", "c", "d", "a"]), vocab.encode(["c", "d"])
+    ids, seg = pack_pair(a, b, vocab, max_len=8)
+    assert ids == [vocab.cls_id, *a[:3], vocab.sep_id, *b, vocab.sep_id]  # the longer side lost 2
+    assert seg == [0, 0, 0, 0, 0, 1, 1, 1]
+    single, seg1 = pack_pair(a, None, vocab, max_len=4)
+    assert single == [vocab.cls_id, *a[:2], vocab.sep_id] and seg1 == [0] * 4
+    with pytest.raises(ValueError, match="max_len"):
+        pack_pair(a, b, vocab, max_len=3)
+    docs = [[[1, 1], [2, 2], [3, 3]] * 100, [[9, 9], [8, 8]] * 100]
+    pairs = nsp_pairs(docs, seed=0)
+    assert abs(sum(label for *_, label in pairs) / len(pairs) - 0.5) < 0.05
+    successor = {1: 2, 2: 3, 3: 1, 9: 8, 8: 9}
+    for a, b, label in pairs:
+        if label == 1:  # 1 = "is next"
+            assert b[0] == successor[a[0]]
+        else:
+            assert (a[0] < 8) != (b[0] < 8)  # from the other document
+    ids, segs = collate_pairs([pack_pair(x, y, vocab, 16) for x, y, _ in pairs[:3]])
+    assert ids.shape == segs.shape and ids.dtype == torch.long
+
+
+def small_bert(vocab_size=30):
+    seed_everything(0)
+    return BertModel(vocab_size, d_model=16, n_heads=2, n_layers=2, max_len=20).eval()
+
+
+def test_the_mlm_head_is_the_embedding_matrix():
+    model = small_bert()
+    big = [n for n, p in model.named_parameters() if p.shape == (30, 16)]
+    assert big == ["tokens.weight"]  # no second [V, d] matrix: the head reuses the embeddings
+    hidden = model.encode(torch.tensor([[5, 8, 9, 6]]))
+    with torch.no_grad():
+        model.tokens.weight[12] += torch.linspace(-1, 1, 16)  # a constant would cancel
+    assert not torch.allclose(model.mlm_logits(hidden)[..., 12],
+                              small_bert().mlm_logits(hidden)[..., 12])
+
+
+def test_the_loss_ignores_unlabelled_positions():
+    logits = torch.randn(2, 5, 7, requires_grad=True)
+    labels = torch.full((2, 5), IGNORE)
+    labels[0, 1], labels[1, 3] = 4, 2
+    loss = mlm_loss(logits, labels)
+    changed = logits.detach().clone()
+    changed[0, 0] += 100.0
+    changed[1, 4] -= 50.0
+    assert mlm_loss(changed, labels).item() == pytest.approx(loss.item())
+    loss.backward()
+    assert logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1].abs().sum() > 0
+
+
+def test_padding_changes_nothing_for_real_tokens():
+    model = small_bert()
+    ids = torch.tensor([[5, 8, 9, 10, 6]])
+    padded = torch.tensor([[5, 8, 9, 10, 6, 0, 0, 0]])
+    a, nsp_a = model(ids)
+    b, nsp_b = model(padded)
+    torch.testing.assert_close(a, b[:, :5], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(nsp_a, nsp_b, atol=1e-5, rtol=1e-5)
+
+
+def test_pretraining_learns_and_fill_mask_and_fine_tuning_run():
+    from seqlab.train import fit
+
+    vocab = Vocab(["a", "b", "c", "d", "e", "f"])
+    # the sentence is always "a b c d e f": MLM must learn to fill any blank
+    ids = torch.tensor([[vocab.cls_id, *vocab.encode(list("abcdef")), vocab.sep_id]] * 64)
+    model = BertModel(len(vocab), d_model=32, n_heads=2, n_layers=1, max_len=10, dropout=0.0)
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(150):
+        inputs, labels = mask_tokens(ids, vocab, p=0.3, generator=g)
+        batches.append((inputs, torch.zeros_like(ids), labels))
+    fit(model, torch.optim.Adam(model.parameters(), lr=3e-3), batches, pretrain_loss,
+        device=torch.device("cpu"), progress=False)
+    top = fill_mask(model, vocab, ["a", "b", "<mask>", "d", "e", "f"], k=3)
+    assert top[0][0][0] == "c" and top[0][0][1] > 0.5
+    assert [p for _, p in top[0]] == sorted((p for _, p in top[0]), reverse=True)
+    assert all(t not in SPECIALS for t, _ in top[0])
+    classifier = BertClassifier(model, n_classes=2)
+    assert classifier.bert is model  # starts from the pretrained weights
+    assert classifier(ids[:3]).shape == (3, 2)
+    with pytest.raises(ValueError, match="<mask>"):
+        fill_mask(model, vocab, ["a", "b"])
