@@ -204,3 +204,18 @@ def test_search_arguments_are_checked():
         decoding.beam_search(object(), torch.arange(3), beam_size=2)
     with pytest.raises(ValueError, match="temperature"):
         decoding.sample(model, torch.arange(3), temperature=-1)
+
+
+def test_exact_search_survives_batch_dependent_rounding():
+    """Float32 models score a row alone and among beams with different rounding (about 1e-6
+    per step); beam's score must not prune the very output it found."""
+
+    class Rounding(TableLM):
+        def step(self, state, last):  # a row alone scores 1e-6 lower than in a batch of 5+
+            return self.table[state["row"], last] - 1e-6 / len(last), state
+
+    model = Rounding(vocab=5, rows=4, seed=1)
+    found = decoding.exact_search(model, torch.arange(4), max_len=5)
+    for r in range(4):
+        best = max(brute_force(model, r, 5), key=lambda x: x[1])
+        assert found[r].tokens == best[0]

@@ -387,8 +387,9 @@ def exact_search(model, *inputs, max_len: int, max_expansions: int = 10_000,
         first = _first_tokens(model, start, batch, device)
         for b in range(batch):
             found = beams[b][0] if beams[b] and beams[b][0].finished else None
-            # prune below beam's best, less a rounding slack, so the search can still find it
-            bound = float("-inf") if found is None else found.logprob - 1e-9 * (
+            # prune below beam's best, less a slack: a float32 model scores a row alone (here)
+            # and among beams (there) with different rounding, about 1e-6 per step apart
+            bound = float("-inf") if found is None else found.logprob - 1e-4 * (
                 1 + abs(found.logprob))
             results.append(_best_first(model, model.select(start, torch.tensor([b], device=device)),
                                        first[b : b + 1], max_len, max_expansions, bound))
