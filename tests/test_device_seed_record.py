@@ -43,6 +43,20 @@ def test_autocast_is_a_noop_on_cpu():
         autocast(3)
 
 
+@pytest.mark.parametrize("capability,bf16,expected", [((7, 5), False, torch.float16),
+                                                      ((8, 0), True, torch.bfloat16),
+                                                      ((9, 0), True, torch.bfloat16)])
+def test_mixed_precision_fits_the_gpu(monkeypatch, capability, bf16, expected):
+    """A T4 (7.5) gets float16 with a gradient scaler; Ampere and later get bfloat16."""
+    from seqlab.device import autocast_dtype, grad_scaler
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert autocast_dtype("cuda") == expected
+    assert autocast_dtype("cpu") is None and autocast_dtype("mps") is None
+    assert not grad_scaler("cpu").is_enabled()
+
+
 def _draw():
     return random.random(), float(np.random.rand()), torch.rand(3).tolist()
 

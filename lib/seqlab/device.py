@@ -64,15 +64,32 @@ def get_device(name: str | None = None) -> torch.device:
     return device
 
 
-def autocast(device: torch.device | str, enabled: bool = True):
-    """Mixed precision where it pays: bfloat16 autocast on CUDA, a no-op context elsewhere.
+def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The mixed-precision type that pays on ``device``, or None for plain float32.
 
-    On CPU and MPS the numbers stay float32, so a notebook gives the same results on a laptop
-    whether or not this is used.
+    bfloat16 where the GPU computes it natively (compute capability 8.0 and up: A100, H100,
+    L4, RTX 30xx); float16 on older CUDA GPUs such as Colab's free T4 (7.5), which needs a
+    gradient scaler (``grad_scaler``) because float16 gradients underflow; none on CPU and MPS,
+    so results there are float32 and the same with or without this.
     """
     device = torch.device(device) if isinstance(device, str) else device
     if not isinstance(device, torch.device):
         raise TypeError(f"device must be a torch.device or str, got {type(device).__name__}")
-    if enabled and device.type == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    if device.type != "cuda":
+        return None
+    major, _ = torch.cuda.get_device_capability(device)
+    return torch.bfloat16 if major >= 8 and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def autocast(device: torch.device | str, enabled: bool = True):
+    """Mixed precision where it pays (see ``autocast_dtype``); a no-op context elsewhere."""
+    dtype = autocast_dtype(device)
+    if enabled and dtype is not None:
+        return torch.autocast(device_type="cuda", dtype=dtype)
     return contextlib.nullcontext()
+
+
+def grad_scaler(device: torch.device | str, enabled: bool = True) -> torch.amp.GradScaler:
+    """A gradient scaler that is active only when ``autocast`` uses float16 (a no-op otherwise)."""
+    on = enabled and autocast_dtype(device) == torch.float16
+    return torch.amp.GradScaler("cuda", enabled=on)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .device import autocast, get_device
+from .device import autocast, get_device, grad_scaler
 
 
 @dataclass
@@ -166,7 +166,8 @@ def fit(
     - ``on_step(step, loss)`` after every optimizer step and ``on_epoch(epoch, history)`` after
       every epoch: hooks for schedules of your own (scheduled sampling's teacher-forcing rate).
     - ``checkpoint``: save model, optimizer and history there after every epoch.
-    - On CUDA the forward pass runs under bf16 autocast; elsewhere in float32.
+    - On CUDA the forward pass runs under autocast (bfloat16 where the GPU has it natively,
+      float16 with a gradient scaler elsewhere); on CPU and MPS in float32.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -180,10 +181,15 @@ def fit(
                          f"{eval_every!r}")
     device = device or get_device()
     model.to(device)
+    scaler = grad_scaler(device)
+    # On a GPU, reading the loss (.item()) makes the CPU wait for the GPU; do it every
+    # `sync_every` steps, not every step, so the GPU always has the next step queued.
+    sync_every = 1 if device.type != "cuda" or on_step is not None else 25
     history, best_loss, best_state, bad_epochs, steps = History(), math.inf, None, 0, 0
     for epoch in range(epochs):
         model.train()
-        epoch_total, epoch_count = 0.0, 0
+        epoch_start = len(history.step_loss)
+        pending: list[torch.Tensor] = []
         batches = _batches(train_data)
         total = len(batches) if hasattr(batches, "__len__") else None
         bar = tqdm(batches, total=total, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress,
@@ -191,32 +197,32 @@ def fit(
         for batch in bar:
             with autocast(device):
                 loss = loss_fn(model, to_device(batch, device))
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"loss became {loss.item()} at step {steps}; lower the learning rate or set "
-                    "clip (gradient clipping)"
-                )
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()
             if clip is not None:
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             history.learning_rate.append(optimizer.param_groups[0]["lr"])
             if scheduler is not None:
                 scheduler.step()
             steps += 1
-            history.step_loss.append(loss.item())
-            epoch_total += history.step_loss[-1]
-            epoch_count += 1
-            # refresh=False: a redraw per step makes Jupyter, not training, the bottleneck
-            bar.set_postfix(loss=f"{history.step_loss[-1]:.3f}", refresh=False)
+            pending.append(loss.detach())
+            last_batch = max_steps is not None and steps >= max_steps
+            if len(pending) >= sync_every or last_batch:
+                _record_losses(history, pending, steps)
+                # refresh=False: a redraw per step makes Jupyter, not training, the bottleneck
+                bar.set_postfix(loss=f"{history.step_loss[-1]:.3f}", refresh=False)
             if eval_every is not None and steps % eval_every == 0:
                 history.valid_steps.append((steps, evaluate(model, valid_data, loss_fn, device)))
             if on_step is not None:
                 on_step(steps, history.step_loss[-1])
-            if max_steps is not None and steps >= max_steps:
+            if last_batch:
                 break
-        history.train_loss.append(epoch_total / max(epoch_count, 1))
+        _record_losses(history, pending, steps)
+        epoch_losses = history.step_loss[epoch_start:]
+        history.train_loss.append(sum(epoch_losses) / max(len(epoch_losses), 1))
         if valid_data is not None:
             valid = evaluate(model, valid_data, loss_fn, device)
             history.valid_loss.append(valid)
@@ -238,6 +244,20 @@ def fit(
     if best_state is not None:
         model.load_state_dict(best_state)
     return history
+
+
+def _record_losses(history: History, pending: list[torch.Tensor], steps: int) -> None:
+    """Copy the losses of the last steps to the host at once; stop on the first non-finite."""
+    if not pending:
+        return
+    values = torch.stack(pending).float().cpu().tolist()
+    for i, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(
+                f"loss became {value} at step {steps - len(values) + i}; lower the learning "
+                "rate or set clip (gradient clipping)")
+    history.step_loss.extend(values)
+    pending.clear()
 
 
 def save_checkpoint(path, model, optimizer=None, history: History | None = None) -> None:
