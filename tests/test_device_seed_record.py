@@ -107,3 +107,22 @@ def test_show_source_shows_the_real_code():
     seqlab.show_source(seed_everything)
     with pytest.raises(TypeError, match="show_source needs"):
         seqlab.show_source(3)
+
+
+def test_fast_mode_by_default_without_a_gpu(monkeypatch, capsys):
+    from seqlab import fast_mode
+
+    monkeypatch.delenv("SEQLAB_FAST", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert fast_mode() is True
+    assert "FAST mode (no CUDA GPU here)" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert fast_mode() is False
+    assert "full mode (a CUDA GPU is present)" in capsys.readouterr().out
+    monkeypatch.setenv("SEQLAB_FAST", "1")
+    assert fast_mode(announce=False) is True
+    monkeypatch.setenv("SEQLAB_FAST", "0")
+    assert fast_mode(announce=False) is False
+    monkeypatch.setenv("SEQLAB_FAST", "maybe")
+    with pytest.raises(ValueError, match="SEQLAB_FAST"):
+        fast_mode()

@@ -64,6 +64,30 @@ def get_device(name: str | None = None) -> torch.device:
     return device
 
 
+def fast_mode(announce: bool = True) -> bool:
+    """Whether a notebook runs in FAST mode (small data, few steps) or full mode.
+
+    ``SEQLAB_FAST=1`` or ``0`` decides; otherwise FAST unless a CUDA GPU is present, so a laptop
+    or a Colab CPU runtime never starts a long full-mode run by surprise. With ``announce``,
+    prints the mode, why, and how to switch.
+    """
+    setting = os.environ.get("SEQLAB_FAST", "").strip().lower()
+    if setting in ("1", "true", "yes"):
+        fast, why = True, "SEQLAB_FAST=1"
+    elif setting in ("0", "false", "no"):
+        fast, why = False, "SEQLAB_FAST=0"
+    elif setting in ("", "auto"):
+        fast = not torch.cuda.is_available()
+        why = "no CUDA GPU here" if fast else "a CUDA GPU is present"
+    else:
+        raise ValueError(f"SEQLAB_FAST must be 1, 0 or auto, got {setting!r}")
+    if announce:
+        switch = ("set SEQLAB_FAST=0 (or FAST = False below) for full mode, meant for a GPU"
+                  if fast else "set SEQLAB_FAST=1 (or FAST = True below) for FAST mode")
+        print(f"{'FAST' if fast else 'full'} mode ({why}); {switch}")
+    return fast
+
+
 def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
     """The mixed-precision type that pays on ``device``, or None for plain float32.
 
