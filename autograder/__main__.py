@@ -52,6 +52,16 @@ def main(argv=None) -> int:
                    help="CSV (student_id, timestamp) from the LMS: trusted submission times")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without isolation (only for code you trust)")
+    p.add_argument("--regrade", action="store_true",
+                   help="grade again students already graded in --out (default: keep them)")
+    p.add_argument("--only", nargs="+", metavar="ID",
+                   help="regrade just these students; every other row stays as it is")
+    p.add_argument("--shard", metavar="I/N",
+                   help="grade a fixed 1/N of the students (join the outputs with merge)")
+
+    p = commands.add_parser("merge", help="join the outputs of sharded grade runs")
+    p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")
+    p.add_argument("--out", type=Path, required=True, help="folder for the merged output")
 
     p = commands.add_parser("gradescope", help="write a Gradescope autograder bundle (zip)")
     p.add_argument("assignment")
@@ -74,7 +84,7 @@ def main(argv=None) -> int:
 
             print(f"release written to {release(args.assignment, args.out, args.course)}")
         elif args.command == "grade":
-            from .grade import grade
+            from .grade import grade, parse_shard
             from .late import load_policy
 
             limits = _limits(args)
@@ -82,8 +92,13 @@ def main(argv=None) -> int:
             rows = grade(check_assignment(args.assignment, args.course), args.submissions,
                          args.out, args.course, limits=limits, workers=args.workers,
                          unsafe=args.unsafe_no_sandbox, policy=policy,
-                         timestamps=args.timestamps)
-            print(f"{len(rows)} submission(s) graded; see {args.out / 'grades.csv'}")
+                         timestamps=args.timestamps, regrade=args.regrade, only=args.only,
+                         shard=parse_shard(args.shard) if args.shard else None)
+            print(f"{len(rows)} student(s) in {args.out / 'grades.csv'}")
+        elif args.command == "merge":
+            from .merge import merge
+
+            merge(args.outputs, args.out)
         elif args.command == "gradescope":
             from .gradescope import bundle
 

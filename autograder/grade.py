@@ -10,6 +10,8 @@ the autograded notebook for formgrader, and nbgrader's gradebook (so ``nbgrader 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -28,7 +30,7 @@ from .normalize import Step, master_step, plan, read_notebook, withheld
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
 
-COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "message")
+COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message")
 
 _sandbox: Sandbox | None = None  # one per worker process
 
@@ -50,10 +52,39 @@ def _grade_one(steps: list[Step], name: str, scratch: str) -> dict:
 def _write_csv(path: Path, rows: list[dict]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".grades", suffix=".csv")
     with os.fdopen(fd, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
+
+
+def read_grades(path: Path) -> list[dict]:
+    """The rows of a grades.csv as written (strings), in file order; [] when there is none."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def in_shard(student_id: str, shard: tuple[int, int] | None) -> bool:
+    """Whether ``student_id`` belongs to shard I of N (1-based): a hash, so every machine
+    agrees without talking to the others, and a student stays in the same shard."""
+    if shard is None:
+        return True
+    index, count = shard
+    digest = hashlib.sha256(student_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count == index - 1
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N) with 1 <= I <= N."""
+    try:
+        index, count = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like I/N (e.g. 2/8), got {text!r}") from None
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {text!r}: need 1 <= I <= N")
+    return index, count
 
 
 def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict):
@@ -84,24 +115,33 @@ def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict):
 class _Run:
     """Bookkeeping for one grading run: rows in submission order, written after each result."""
 
-    def __init__(self, assignment, out, work, max_score, release, policy, timestamps, log):
+    def __init__(self, assignment, out, work, max_score, release, policy, timestamps, log,
+                 previous: list[dict]):
         self.assignment, self.out, self.work = assignment, out, work
         self.max_score, self.release, self.policy = max_score, release, policy
         self.timestamps, self.log = timestamps, log
-        self.rows: dict[int, dict] = {}
+        self.previous = {r["student_id"]: r for r in previous}  # kept byte for byte
+        self.order = [r["student_id"] for r in previous]
+        self.rows: dict[str, dict] = {}
 
-    def row(self, student: str, **fields) -> dict:
-        return {"student_id": student, "assignment": self.assignment, "score": 0.0,
-                "max_score": self.max_score, "status": "graded", "message": "", **fields}
+    def row(self, sub, student: str, **fields) -> dict:
+        return {"student_id": student, "name": sub.name, "assignment": self.assignment,
+                "score": 0.0, "max_score": self.max_score, "status": "graded",
+                "message": sub.note, **fields}
 
-    def finish(self, order: int, sub, student: str, steps, result: dict | None,
+    def all_rows(self) -> list[dict]:
+        """Earlier rows in their order (regraded ones replaced), then new students."""
+        order = self.order + [s for s in self.rows if s not in self.previous]
+        return [self.rows.get(s) or self.previous[s] for s in order]
+
+    def finish(self, sub, student: str, steps, result: dict | None,
                row: dict, seconds: float) -> None:
         tests = result["tests"] if result else []
         if result:
             raw = sum(t["points"] for t in tests)
             when = self.timestamps.get(student, sub.timestamp)
             off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
-            message = " ".join(m for m in (result["message"], late) if m)
+            message = " ".join(m for m in (row["message"], result["message"], late) if m)
             row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
                        message=message)
             try:
@@ -109,9 +149,9 @@ class _Run:
             except Exception as err:  # keep the row; say the gradebook copy is missing
                 row.update(status="error", message=f"{message} (not recorded in the gradebook: "
                            f"{type(err).__name__}: {str(err)[:200]}; please report)".strip())
-        self.rows[order] = row
+        self.rows[student] = row
         write_feedback(self.out / "feedback" / student, row, tests)
-        _write_csv(self.out / "grades.csv", [self.rows[k] for k in sorted(self.rows)])
+        _write_csv(self.out / "grades.csv", self.all_rows())
         self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
 
@@ -132,8 +172,15 @@ class _Run:
 def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
           limits: Limits | None = None, workers: int | None = None, unsafe: bool = False,
           policy: LatePolicy | None = None, timestamps: Path | None = None,
-          log=print) -> list[dict]:
-    """Grade all submissions of ``assignment``; write ``out/grades.csv`` and ``out/feedback/``."""
+          regrade: bool = False, only: list[str] | None = None,
+          shard: tuple[int, int] | None = None, log=print) -> list[dict]:
+    """Grade the submissions of ``assignment``; write ``out/grades.csv`` and ``out/feedback/``.
+
+    Grades already in ``out`` are kept: students graded there before are skipped (resume)
+    unless ``regrade``; ``only`` regrades the named students and nobody else; either way every
+    other row stays as it was, byte for byte, and the gradebook changes only for those graded.
+    ``shard`` (I, N) grades a fixed 1/N of the students (see ``merge``). Returns all rows.
+    """
     check_assignment(assignment, course)
     limits = limits or Limits()
     workers = (os.cpu_count() or 1) if workers is None else workers
@@ -145,23 +192,46 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
                            "lets any submission read the hidden tests and rewrite grades; pass "
                            "--unsafe-no-sandbox only if you trust every submission")
     out = Path(out).resolve()
+    unpacked = Path(tempfile.mkdtemp(prefix="autograder-unpacked-"))
+    try:
+        # read the whole export before writing anything: a bad export leaves no output behind
+        subs = collect(Path(submissions), assignment, unpacked)
+        known = [s.student_id for s in subs]
+        unknown = sorted(set(only or ()) - set(known))
+        if unknown:
+            raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
+        return _grade(assignment, subs, out, course, limits, workers, unsafe, policy,
+                      timestamps, regrade, only, shard, log)
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
+
+
+def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, timestamps, regrade,
+           only, shard, log) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
+    previous = read_grades(out / "grades.csv")
     work = working_course(assignment, out / "course", course)
     generate(assignment, work)
     master = read_notebook(source_notebook(assignment, course))
     release = read_notebook(work / "release" / assignment / f"{assignment}.ipynb")
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
     run = _Run(assignment, out, work, max_score, release, policy or LatePolicy(),
-               load_timestamps(timestamps), log)
+               load_timestamps(timestamps), log, previous)
+    mine = [s for s in subs if in_shard(s.student_id, shard)]
+    _write_manifest(out, assignment, subs, mine, shard)
+    if only:
+        todo = [s for s in mine if s.student_id in only]
+    else:
+        todo = [s for s in mine if regrade or s.student_id not in run.previous]
+        if len(todo) < len(mine):
+            log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
+                "(--regrade grades them again, --only ID... regrades chosen students)")
     sandbox = Sandbox(out / "sandbox", limits, unsafe, withhold=withheld(master))
-    log(f"grading {assignment} with {workers} worker(s); {sandbox.limits_in_force}")
+    log(f"grading {assignment}: {len(todo)} submission(s), {workers} worker(s); "
+        f"{sandbox.limits_in_force}")
 
-    jobs, seen = [], set()
-    for order, sub in enumerate(collect(Path(submissions), assignment, out / "unpacked")):
-        student, n = sub.student_id, 2
-        while student in seen:  # two folders that sanitise to the same id
-            student, n = f"{sub.student_id}-{n}", n + 1
-        seen.add(student)
+    jobs = []
+    for sub in todo:
         problem = sub.problem
         if not problem:
             try:
@@ -169,14 +239,18 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
             except ValueError as err:
                 problem = str(err)
         if problem:
-            run.finish(order, sub, student, None, None,
-                       run.row(student, status="ungradable", message=problem), 0.0)
+            run.finish(sub, sub.student_id, None, None,
+                       run.row(sub, sub.student_id, status="ungradable",
+                               message=" ".join(m for m in (sub.note, problem) if m)), 0.0)
         else:
-            jobs.append((order, sub, student, steps))
-    if not jobs:
-        _write_csv(out / "grades.csv", [run.rows[k] for k in sorted(run.rows)])
-        return [run.rows[k] for k in sorted(run.rows)]
+            jobs.append((sub, sub.student_id, steps))
+    if jobs:
+        _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers)
+    _write_csv(out / "grades.csv", run.all_rows())
+    return run.all_rows()
 
+
+def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
     context = multiprocessing.get_context("spawn")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
@@ -184,16 +258,23 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
                              initargs=(str(sandbox.support), limits, unsafe,
                                        sandbox.withheld)) as pool:
         started = time.perf_counter()
-        futures = {pool.submit(_grade_one, steps, f"{os.getpid()}-{order}",
-                               str(out / "scratch" / student)): (order, sub, student, steps)
-                   for order, sub, student, steps in jobs}
+        futures = {pool.submit(_grade_one, steps, f"{os.getpid()}-{i}",
+                               str(out / "scratch" / student)): (sub, student, steps)
+                   for i, (sub, student, steps) in enumerate(jobs)}
         for future in as_completed(futures):
-            order, sub, student, steps = futures[future]
+            sub, student, steps = futures[future]
             try:
-                result, row = future.result(), run.row(student)
+                result, row = future.result(), run.row(sub, student)
             except Exception as err:  # a grader failure on one student must not stop the rest
-                result, row = None, run.row(student, status="error", message=(
+                result, row = None, run.row(sub, student, status="error", message=(
                     f"grading failed ({type(err).__name__}: {str(err)[:200]}); please report"))
-            run.finish(order, sub, student, steps, result, row, time.perf_counter() - started)
+            run.finish(sub, student, steps, result, row, time.perf_counter() - started)
     shutil.rmtree(out / "scratch", ignore_errors=True)
-    return [run.rows[k] for k in sorted(run.rows)]
+
+
+def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:
+    """Who was in the export and who this output is responsible for (``merge`` checks it)."""
+    data = {"assignment": assignment, "shard": list(shard) if shard else None,
+            "students": [s.student_id for s in subs],
+            "responsible": [s.student_id for s in mine]}
+    (out / "manifest.json").write_text(json.dumps(data, indent=1))

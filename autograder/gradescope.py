@@ -19,7 +19,7 @@ from pathlib import Path
 from .course import COURSE, check_assignment, source_notebook
 from .normalize import master_step, plan, read_notebook, withheld
 from .sandbox import Limits, Sandbox, sandbox_problem
-from .submissions import choose_notebook, find_notebooks
+from .submissions import choose_notebook, student_files
 
 PROJECT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "lib/seqlab", "autograder")
@@ -113,7 +113,8 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
         if problem:
             raise RuntimeError(f"the autograder cannot sandbox student code here: {problem}; "
                                "please tell your instructor")
-        chosen = choose_notebook("student", find_notebooks(Path(submission)), assignment)
+        chosen = choose_notebook("student", student_files(Path(submission)), assignment,
+                                 Path(tempfile.mkdtemp()))
         if chosen.problem:
             report = _results(0.0, chosen.problem, zero)
         else:

@@ -1,13 +1,54 @@
-"""Find each student's notebook in a folder of submissions or an LMS zip export."""
+"""Find every student's notebook in an LMS export, as a zip or unzipped into a folder.
+
+Recognised layouts (the README shows an example name of each):
+
+- Canvas: flat files ``<lastfirst>[_LATE]_<user id>_<submission id>_<original name>``;
+- Moodle: a folder ``<Full Name>_<id>_assignsubmission_file_`` per student;
+- Blackboard: flat files ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file>``;
+- Brightspace (D2L): ``<id>-<id> - <Full Name> - <Mon D, YYYY HMM AM> - <file>``, flat or one
+  folder per submission;
+- a folder per student (the folder's name is the id), or loose files named after students.
+
+A student is keyed by the LMS's user id where the layout has one (Canvas, Moodle, Blackboard),
+never by a display name alone, which namesakes share; Brightspace puts no user id in its names,
+so there the full name is the key. Every student in the export gets exactly one
+``Submission``: the file the LMS recorded last among those that hold a notebook (a renamed
+``.ipynb.txt``, JSON, or a zip with one notebook inside are salvaged, with a note), or a reason
+the instructor can forward when nothing does.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import zipfile
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+MAX_MEMBER = 200 * 2**20  # bytes; zipfile never inflates a member past its declared size
+_IGNORED = ("__MACOSX", ".DS_Store", "index.html", "Thumbs.db")
+
+_CANVAS = re.compile(r"^(?P<name>[A-Za-z0-9-]+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?P<sid>\d+)_"
+                     r"(?P<file>.+)$")
+_BLACKBOARD = re.compile(r"^(?P<assignment>.+?)_(?P<uid>[^_]+)_attempt_"
+                         r"(?P<when>\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2})(?:_(?P<file>.+))?$")
+_D2L = re.compile(r"^(?P<sid>\d+)-(?P<fid>\d+) - (?P<name>.+?) - (?P<when>[A-Z][a-z]{2} \d{1,2}, "
+                  r"\d{4} \d{3,4} [AP]M)(?: - (?P<file>.+))?$")
+_MOODLE = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_[a-z]+_?$")
+
+
+@dataclass
+class Entry:
+    """One file the LMS exported for a student."""
+
+    path: Path
+    original: str  # the name the student gave it
+    when: datetime | None = None  # the LMS's time for it, when the layout or zip records one
+    rank: tuple = ()  # extra ordering the LMS gives (a submission id), newest last
 
 
 @dataclass
@@ -15,87 +56,227 @@ class Submission:
     student_id: str
     notebook: Path | None  # None when there is nothing gradable; ``problem`` says why
     problem: str = ""
+    name: str = ""  # the display name, when the LMS gives one
+    note: str = ""  # what was salvaged, graded or ignored
+    when: datetime | None = None  # the LMS's time for the graded file
 
     @property
     def timestamp(self) -> datetime | None:
-        """When the file arrived (for zip exports: the time the LMS stored for it)."""
+        """When the LMS recorded the graded file, else when it arrived on disk."""
+        if self.when is not None:
+            return self.when
         if self.notebook is None:
             return None
         return datetime.fromtimestamp(self.notebook.stat().st_mtime, timezone.utc)
 
 
+@dataclass
+class _Student:
+    key: str
+    name: str = ""
+    entries: list[Entry] = field(default_factory=list)
+
+
 def safe_id(name: str) -> str:
     """A student id nbgrader can use as a folder name."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
-    return cleaned
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
 
 
-def find_notebooks(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.ipynb")
-                  if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("._"))
+def _utc(text: str, fmt: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
-MAX_MEMBER = 200 * 2**20  # bytes; zipfile never inflates a member past its declared size
+def _mtime(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
 
 
 def _extract(archive: Path, dest: Path) -> Path:
     """Unzip safely: members that would land outside ``dest``, and members over MAX_MEMBER
-    (zip bombs), are skipped."""
+    (zip bombs), are skipped; each file keeps the time the zip stored for it."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
-    with zipfile.ZipFile(archive) as zf:
-        for member in zf.infolist():
-            target = (dest / member.filename).resolve()
-            if root in target.parents and not member.is_dir() and \
-                    member.file_size <= MAX_MEMBER:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(zf.read(member))
-                stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()
-                os.utime(target, (stamp, stamp))
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.infolist():
+                target = (dest / member.filename).resolve()
+                if root in target.parents and not member.is_dir() and \
+                        member.file_size <= MAX_MEMBER:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(zf.read(member))
+                    stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()
+                    os.utime(target, (stamp, stamp))
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as err:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise ValueError(f"{archive} is a corrupt or truncated zip ({err}); download the "
+                         "export again") from None
     return dest
 
 
-def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
-    """One ``Submission`` per student.
+def _visible(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir()
+                  if p.name not in _IGNORED and not p.name.startswith("."))
 
-    ``path`` is a folder with one sub-folder per student, or a zip of such folders, or a zip of
-    flat files named ``<student>_<anything>.ipynb`` (the Canvas export style). A student with
-    several notebooks is graded on the one named after the assignment, if there is one.
-    """
+
+def student_files(folder: Path) -> list[Path]:
+    """Every file in a student's folder, without checkpoints and hidden or system files."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in
+                  p.parts and not any(part in _IGNORED or part.startswith(".")
+                                      for part in p.relative_to(folder).parts))
+
+
+def _flat_file(path: Path) -> tuple[str, str, Entry] | None:
+    """(key, display name, entry) for a loose file named by an LMS, or None for a stray file
+    (Blackboard's per-attempt .txt receipt)."""
+    name = path.name
+    if m := _CANVAS.match(name):
+        return m["uid"], m["name"], Entry(path, m["file"], _mtime(path), (int(m["sid"]),))
+    if m := _BLACKBOARD.match(name):
+        if m["file"] is None:
+            return None  # the attempt's receipt, not a submission
+        when = _utc(m["when"], "%Y-%m-%d-%H-%M-%S")
+        return m["uid"], m["uid"], Entry(path, m["file"], when)
+    if m := _D2L.match(name):
+        when = _utc(m["when"], "%b %d, %Y %I%M %p")
+        return m["name"], m["name"], Entry(path, m["file"] or name, when, (int(m["sid"]),))
+    return path.name.split(".")[0], "", Entry(path, name, _mtime(path))
+
+
+def _student_folder(folder: Path) -> tuple[str, str, list[Entry]]:
+    """(key, display name, entries) for a folder holding one student's files."""
+    entries = []
+    for path in student_files(folder):
+        flat = _flat_file(path) if _D2L.match(path.name) else None
+        entries.append(flat[2] if flat else Entry(path, path.name, _mtime(path)))
+    if m := _MOODLE.match(folder.name):
+        return m["uid"], m["name"], entries
+    if m := _D2L.match(folder.name):
+        when = _utc(m["when"], "%b %d, %Y %I%M %p")
+        return m["name"], m["name"], [Entry(e.path, e.original, when, (int(m["sid"]),))
+                                      for e in entries]
+    return folder.name, "", entries
+
+
+def _students(root: Path) -> list[_Student]:
+    items = _visible(root)
+    if len(items) == 1 and items[0].is_dir():  # one folder around the whole export?
+        inner = _visible(items[0])
+        if inner and (all(p.is_dir() for p in inner) or any(map(_known, inner))):
+            items = inner
+    students: dict[str, _Student] = {}
+    for item in items:
+        if item.is_dir():
+            key, name, entries = _student_folder(item)
+        else:
+            flat = _flat_file(item)
+            if flat is None:
+                continue
+            key, name, entry = flat
+            entries = [entry]
+        student = students.setdefault(key, _Student(key, name))
+        student.entries += entries
+    return [students[k] for k in sorted(students)]
+
+
+def _known(path: Path) -> bool:
+    """Named as an LMS names its files."""
+    return path.is_file() and any(p.match(path.name) for p in (_CANVAS, _BLACKBOARD, _D2L))
+
+
+def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
+    """One ``Submission`` per student of the export at ``path`` (a folder or a zip)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"submissions path {path} does not exist")
     if path.is_file():
         if not zipfile.is_zipfile(path):
-            raise ValueError(f"submissions path {path} is neither a folder nor a zip file")
+            raise ValueError(f"submissions path {path} is a file but not a zip; pass the LMS "
+                             "export (.zip) or a folder")
         path = _extract(path, scratch / "unzipped")
-        entries = [p for p in path.iterdir() if not p.name.startswith("__MACOSX")]
-        flat = [p for p in entries if p.is_file() and p.suffix == ".ipynb"]
-        if flat:
-            by_student: dict[str, list[Path]] = {}
-            for nb in flat:
-                by_student.setdefault(safe_id(nb.name.split("_")[0]), []).append(nb)
-            return [choose_notebook(sid, nbs, assignment)
-                    for sid, nbs in sorted(by_student.items())]
-        if len(entries) == 1 and entries[0].is_dir() and all(
-            p.is_dir() for p in entries[0].iterdir()
-        ):
-            path = entries[0]  # a zip holding one top-level folder of student folders
-    subs = []
-    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
-        subs.append(choose_notebook(safe_id(folder.name), find_notebooks(folder), assignment))
-    return subs
+    students = _students(path)
+    if not students:
+        raise ValueError(f"no submission found in {path}: expected one folder per student, or "
+                         "files named as an LMS exports them (Canvas, Moodle, Blackboard, "
+                         "Brightspace; see the README)")
+    seen: dict[str, int] = {}
+    out = []
+    for student in students:
+        sid = safe_id(student.key)
+        if sid in seen:  # two keys that sanitise to the same folder name
+            seen[sid] += 1
+            sid = f"{sid}-{seen[sid]}"
+        seen.setdefault(sid, 1)
+        out.append(choose_notebook(sid, student.entries, assignment, scratch / "salvaged" / sid,
+                                   student.name))
+    return out
 
 
-def choose_notebook(student_id: str, notebooks: list[Path], assignment: str) -> Submission:
-    if not notebooks:
-        return Submission(student_id, None, "no notebook (.ipynb) found in the submission")
-    if len(notebooks) == 1:
-        return Submission(student_id, notebooks[0])
-    named = [nb for nb in notebooks if nb.stem == assignment]
-    if len(named) == 1:
-        return Submission(student_id, named[0])
-    names = ", ".join(nb.name for nb in notebooks)
-    return Submission(student_id, None,
-                      f"several notebooks ({names}) and none named {assignment}.ipynb; "
-                      "submit exactly one")
+# ---------------------------------------------------------------------- what was submitted
+def _notebook_json(path: Path) -> bool:
+    try:
+        nb = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, OSError):
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("cells"), list)
+
+
+_KINDS = {".pdf": "a PDF", ".py": "a Python script", ".html": "an HTML export",
+          ".docx": "a Word document", ".txt": "a text file", ".png": "an image",
+          ".jpg": "an image", ".md": "a Markdown file"}
+
+
+def _gradable(entry: Entry, scratch: Path) -> tuple[Path | None, str]:
+    """(notebook to grade, note) or (None, why it is not a notebook)."""
+    path, original = entry.path, entry.original
+    if original.endswith(".ipynb"):
+        return path, ""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            inside = [m for m in zf.infolist() if m.filename.endswith(".ipynb") and
+                      "__MACOSX" not in m.filename and ".ipynb_checkpoints" not in m.filename]
+            if len(inside) == 1 and inside[0].file_size <= MAX_MEMBER:
+                scratch.mkdir(parents=True, exist_ok=True)
+                target = scratch / Path(inside[0].filename).name
+                target.write_bytes(zf.read(inside[0]))
+                return target, f"the notebook inside the zip {original} was graded"
+        return None, (f"{original} is a zip with {len(inside)} notebooks; submit exactly one "
+                      ".ipynb")
+    if _notebook_json(path):
+        return path, f"{original} is a notebook saved under another name; it was graded"
+    suffix = Path(original).suffix.lower()
+    kind = _KINDS.get(suffix, f"a {suffix or 'file without extension'} file")
+    return None, f"{kind} was submitted ({original}); submit the .ipynb notebook"
+
+
+def choose_notebook(student_id: str, entries, assignment: str, scratch: Path | None = None,
+                    name: str = "") -> Submission:
+    """The submission to grade among a student's files: the latest that holds a notebook."""
+    entries = [e if isinstance(e, Entry) else Entry(Path(e), Path(e).name, _mtime(Path(e)))
+               for e in entries]
+    if not entries:
+        return Submission(student_id, None, "nothing was submitted (no file found)", name)
+    scratch = scratch or Path(entries[0].path).parent / ".salvaged"
+    usable, problems = [], []
+    for entry in entries:
+        notebook, note = _gradable(entry, scratch / str(len(usable)))
+        (usable if notebook else problems).append((entry, notebook, note))
+    if not usable:
+        return Submission(student_id, None, "no notebook found: " +
+                          "; ".join(note for *_, note in problems), name)
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    usable.sort(key=lambda u: (u[0].when or epoch, u[0].rank, _resubmission(u[0].original)))
+    entry, notebook, note = usable[-1]
+    ignored = [e.original for e, *_ in usable[:-1]] + [e.original for e, *_ in problems]
+    notes = [note] if note else []
+    if ignored:
+        notes.append(f"graded {entry.original}, the latest submitted; ignored "
+                     f"{', '.join(ignored)}")
+    return Submission(student_id, notebook, "", name, "; ".join(notes), entry.when)
+
+
+def _resubmission(name: str) -> int:
+    """Copy number in `x (2).ipynb` or `x-2.ipynb`, for files with the same time."""
+    m = re.search(r"(?: \((\d+)\)|-(\d+))\.ipynb$", name)
+    return int(m.group(1) or m.group(2)) if m else 0

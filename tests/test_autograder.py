@@ -43,7 +43,8 @@ def test_lms_zip_of_flat_files(tmp_path):
         zf.writestr("bob_789_012_hw1.ipynb", "")
         zf.writestr("../evil.ipynb", "{}")  # path traversal is ignored
     rows = grade(A, archive, tmp_path / "out", log=lambda *a: None)
-    assert [r["student_id"] for r in rows] == ["alice", "bob"]
+    # Canvas names: the user id is the student, the name before it is only displayed
+    assert [(r["student_id"], r["name"]) for r in rows] == [("123", "alice"), ("789", "bob")]
     assert not (tmp_path / "evil.ipynb").exists()
 
 
@@ -56,20 +57,20 @@ def test_late_penalty_uses_the_lms_time_not_the_students(tmp_path):
     nb["metadata"]["submitted"] = "2026-10-01T00:00:00Z"  # written by the student: ignored
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        for name, when in [("ontime_1_hw.ipynb", (2026, 11, 1, 11, 0, 0)),
-                           ("late_2_hw.ipynb", (2026, 11, 1, 13, 0, 0)),
-                           ("verylate_3_hw.ipynb", (2026, 11, 4, 13, 0, 0))]:
+        for name, when in [("ontime_1_101_hw.ipynb", (2026, 11, 1, 11, 0, 0)),
+                           ("late_2_102_hw.ipynb", (2026, 11, 1, 13, 0, 0)),
+                           ("verylate_3_103_hw.ipynb", (2026, 11, 4, 13, 0, 0))]:
             zf.writestr(zipfile.ZipInfo(name, date_time=when), json.dumps(nb))
-    rows = {r["student_id"]: r for r in grade(A, archive, tmp_path / "out", policy=policy,
-                                              log=lambda *a: None)}
+    rows = {r["name"]: r for r in grade(A, archive, tmp_path / "out", policy=policy,
+                                        log=lambda *a: None)}
     assert rows["ontime"]["score"] == 18 and rows["ontime"]["message"] == ""
     assert rows["late"]["score"] == 18 - 4.5 and "after the deadline" in rows["late"]["message"]
     assert rows["verylate"]["score"] == 0
     stamps = tmp_path / "lms.csv"
-    stamps.write_text("student_id,timestamp\nlate,2026-11-01T11:59:00+00:00\n")
+    stamps.write_text("student_id,timestamp\n2,2026-11-01T11:59:00+00:00\n")
     again = grade(A, archive, tmp_path / "again", policy=policy, timestamps=stamps,
                   log=lambda *a: None)
-    assert {r["student_id"]: r["score"] for r in again}["late"] == 18
+    assert {r["student_id"]: r["score"] for r in again}["2"] == 18
 
 
 def test_bad_late_policy_says_what_is_wrong(tmp_path):
