@@ -1,15 +1,17 @@
 """The program that runs inside the sandbox: executes student cells, answers the grader's calls.
 
 Standalone on purpose (standard library only; numpy and torch only when the student's values
-need them), because it runs where nothing of the grader is installed. It talks to the grader over
-its original stdin/stdout; file descriptors 0-2 are then pointed at /dev/null, so student output
-can never reach the protocol by accident. Everything it sends is plain data (JSON): the grader
-never unpickles, imports or calls anything that came from here. Whatever student code does to this
-process (patching it included) can therefore change only the data sent back, never a verdict.
+need them), because it runs where nothing of the grader is installed but ``autograder.checks``,
+of which it loads a private copy to watch graded calls. It talks to the grader over its original
+stdin/stdout; file descriptors 0-2 are then pointed at /dev/null, so student output can never
+reach the protocol by accident. Everything it sends is plain data (JSON): the grader never
+unpickles, imports or calls anything that came from here. Whatever student code does to this
+process (patching it included) can therefore change only the data sent back, never a test.
 """
 
 import base64
 import builtins
+import importlib.util
 import io
 import json
 import os
@@ -83,9 +85,12 @@ class Channel:
 
 
 class Runner:
-    def __init__(self, channel):
+    def __init__(self, channel, checks, guard):
         self.channel = channel
+        self.checks, self.guard = checks, guard  # see checks.watch and checks.AttentionGuard
         self.handles = {}
+        self.rules = {}  # handle -> the rules of the graded call that handed it out
+        self.handed = []  # handles given out by the value being encoded
         self.shell = None
         try:
             from IPython.core.interactiveshell import InteractiveShell
@@ -100,6 +105,7 @@ class Runner:
     def handle(self, obj):
         key = str(id(obj))
         self.handles[key] = obj
+        self.handed.append(key)
         return {"__handle__": key, "type": type(obj).__name__, "callable": callable(obj)}
 
     def encode(self, x, depth=0):
@@ -231,47 +237,17 @@ class Runner:
             return {"op": "value", "missing": True}
         return {"op": "value", "value": self.encode(self.ns[name])}
 
-    def monitored(self, fn, forbidden, calls):
-        """Run fn() and name any forbidden package or compiled function it used (best effort:
-        withheld packages are not in the sandbox at all; this covers the rest, e.g. autograd)."""
-        import importlib
-        import importlib.util
-
-        dirs = {}
-        for name in forbidden:
-            try:
-                spec = importlib.util.find_spec(name)
-            except Exception:
-                spec = None
-            if spec is not None and spec.submodule_search_locations:
-                dirs[name] = os.path.realpath(list(spec.submodule_search_locations)[0]) + "/"
-        targets = []
-        for module, qualname in calls:
-            try:
-                path = [*module.split("."), *qualname.split(".")]
-                target = importlib.import_module(path[0])
-                for part in path[1:]:
-                    target = getattr(target, part)
-                targets.append(target)
-            except Exception:
-                pass
-        used = set()
-
-        def profiler(frame, event, arg):
-            if event == "c_call" and any(arg is t for t in targets):
-                used.add(getattr(arg, "__name__", "a forbidden function"))
-            elif event == "call":
-                filename = frame.f_code.co_filename
-                for name, directory in dirs.items():
-                    if filename.startswith(directory):
-                        used.add(name)
-
-        sys.setprofile(profiler)
-        try:
-            result = fn()
-        finally:
-            sys.setprofile(None)
-        return result, sorted(used)
+    def watched(self, rules, name, seconds, fn):
+        """fn()'s value as plain data, computed and encoded (so no lazy value escapes) in time,
+        under ``rules`` (forbidden packages, forbidden calls) when given. Objects it hands out
+        keep those rules: a graded call's result is watched whenever it is used later."""
+        if not rules:
+            return self.timed(seconds, lambda: self.encode(fn()))
+        self.handed = []
+        with self.checks.watch(*rules, guard=self.guard, name=name):
+            value = self.timed(seconds, lambda: self.encode(fn()))
+        self.rules.update(dict.fromkeys(self.handed, rules))
+        return value
 
     def call(self, key, payload, monitor, seed, seconds):
         self.seed(seed)
@@ -281,17 +257,10 @@ class Runner:
         try:
             target = self.handles[key]
             args, kwargs = self.loads(payload)
-            used = []
-            if monitor:
-                result, used = self.timed(seconds, lambda: self.monitored(
-                    lambda: target(*args, **kwargs), *monitor))
-            else:
-                result = self.timed(seconds, lambda: target(*args, **kwargs))
-            if used:
-                return {"op": "raise", "ename": "AssertionError", "evalue": (
-                    f"{getattr(target, '__name__', 'your function')} calls {', '.join(used)}: "
-                    "answers must be your own code, not the library's reference implementation")}
-            return {"op": "value", "value": self.encode(result)}
+            name = getattr(target, "__name__", "your function")
+            value = self.watched(monitor or self.rules.get(key), name, seconds,
+                                 lambda: target(*args, **kwargs))
+            return {"op": "value", "value": value}
         except BaseException as exc:
             return {"op": "raise", **self.error(exc), "output": out.value()}
         finally:
@@ -300,15 +269,10 @@ class Runner:
     def inspect(self, op, key, arg, seconds):
         try:
             obj = self.handles[key]
-            if op == "getattr":
-                value = self.timed(seconds, lambda: getattr(obj, arg))
-            elif op == "getitem":
-                value = self.timed(seconds, lambda: obj[self.loads(arg)])
-            elif op == "len":
-                value = self.timed(seconds, lambda: len(obj))
-            else:  # iter
-                value = self.timed(seconds, lambda: list(obj))
-            return {"op": "value", "value": self.encode(value)}
+            read = {"getattr": lambda: getattr(obj, arg), "getitem": lambda: obj[self.loads(arg)],
+                    "len": lambda: len(obj), "iter": lambda: list(obj)}[op]
+            value = self.watched(self.rules.get(key), type(obj).__name__, seconds, read)
+            return {"op": "value", "value": value}
         except BaseException as exc:
             return {"op": "raise", **self.error(exc)}
 
@@ -348,9 +312,20 @@ def limit(memory_mb, max_procs):
             pass
 
 
+def private_checks():
+    """A copy of ``autograder.checks`` of our own, loaded before any student code runs: a
+    notebook that imports and patches autograder.checks changes its copy, not the one watching."""
+    spec = importlib.util.find_spec("autograder.checks")
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    return checks
+
+
 if __name__ == "__main__":
     channel = Channel()
     limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
           int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
     sys.argv = [""]
-    Runner(channel).serve()
+    checks = private_checks()
+    # before any student code: imports torch (unless this sandbox withholds it) and guards it
+    Runner(channel, checks, checks.attention_guard()).serve()
