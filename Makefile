@@ -26,8 +26,12 @@ $(VENV)/.installed: pyproject.toml
 		"it (sudo apt-get install bubblewrap)"
 	touch $@
 
-# Containers often run as root, which Jupyter refuses unless told.
+# Containers often run as root, which Jupyter refuses unless told. Formgrader works inside a
+# graded course (OUT/course of `make grade`), not at the repository root: say where they are.
 lab: setup
+	@for db in $$(ls -d */course/gradebook.db 2>/dev/null); do \
+		echo "formgrader: a graded course is in $$(dirname $$db); open it with" \
+			"make lab LAB_ARGS=--notebook-dir=$$(dirname $$db)"; done
 	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: setup

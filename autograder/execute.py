@@ -60,6 +60,30 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def hidden_lines(source: str) -> set[int]:
+    """Line numbers (1-based) inside the ``### BEGIN/END HIDDEN TESTS`` blocks of a test cell."""
+    inside, lines = False, set()
+    for number, line in enumerate(source.splitlines(), 1):
+        if line.strip().startswith("### BEGIN HIDDEN TESTS"):
+            inside = True
+        elif line.strip().startswith("### END HIDDEN TESTS"):
+            inside = False
+        elif inside:
+            lines.add(number)
+    return lines
+
+
+def _failed_in_hidden(exc: BaseException, filename: str, hidden: set[int]) -> bool:
+    """Whether the test cell's own line that raised lies in a hidden block."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line in hidden
+
+
 class Grading:
     """Runs a plan; collects per-cell outputs and per-test results."""
 
@@ -156,10 +180,11 @@ class Grading:
                 pass
         _seed(i)
         out = io.StringIO()
-        passed, message = False, ""
+        passed, message, in_hidden = False, "", False
+        filename, hidden = f"<test {step.grade_id}>", hidden_lines(step.source)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                exec(compile(step.source, f"<test {step.grade_id}>", "exec"), scope)
+                exec(compile(step.source, filename, "exec"), scope)
             passed = True
         except (SandboxGone, ProtocolError):
             raise
@@ -167,12 +192,19 @@ class Grading:
             message = _message(exc)
             if isinstance(exc, NameError):
                 message += " (is the function defined, under exactly this name?)"
+            in_hidden = _failed_in_hidden(exc, filename, hidden)
+            if in_hidden:
+                message = f"the visible tests passed, a hidden check failed: {message}"
         if session.timed_out:
             self.status = "timeout"
         self.trusted.update({k: v for k, v in scope.items() if k in binds})
+        visible = any(line.strip() and not line.lstrip().startswith("#") and n not in hidden
+                      for n, line in enumerate(step.source.splitlines(), 1))
         self.tests.append({"test": step.grade_id, "points": step.points if passed else 0.0,
                            "max_points": step.points, "passed": passed,
-                           "message": message[:1000]})
+                           "message": message[:1000], "hidden_failed": in_hidden,
+                           "visibility": "visible" if visible else "hidden",
+                           "has_hidden": bool(hidden)})
         self.outputs[i] = {"stdout": _short(out.getvalue())}
         if message:
             self.outputs[i]["error"] = (message.split(":")[0], message)

@@ -17,7 +17,9 @@ def write_feedback(folder: Path, row: dict, results: list[dict]) -> None:
     data = {**row, "tests": results}
     (folder / "feedback.json").write_text(json.dumps(data, indent=2))
     rows = "\n".join(
-        f"<tr><td>{html.escape(r['test'])}</td><td>{r['points']:g} / {r['max_points']:g}</td>"
+        f"<tr><td>{html.escape(r['test'])}</td>"
+        f"<td>{html.escape(_kind(r))}</td>"
+        f"<td>{r['points']:g} / {r['max_points']:g}</td>"
         f"<td>{'passed' if r['passed'] else 'failed'}</td>"
         f"<td>{html.escape(r['message'])}</td></tr>" for r in results
     )
@@ -27,6 +29,14 @@ def write_feedback(folder: Path, row: dict, results: list[dict]) -> None:
         f"<title>{html.escape(row['assignment'])}: {html.escape(row['student_id'])}</title>"
         f"<h1>{html.escape(row['assignment'])}</h1>"
         f"<p>Score: <b>{row['score']:g} / {row['max_score']:g}</b> ({html.escape(row['status'])})"
-        f"</p>{note}<table border='1' cellpadding='4'><tr><th>test</th><th>points</th>"
+        f"</p>{note}<table border='1' cellpadding='4'><tr><th>test</th><th>tests in it</th>"
+        "<th>points</th>"
         f"<th>result</th><th>message</th></tr>{rows}</table>\n"
     )
+
+
+def _kind(result: dict) -> str:
+    """Which tests a cell holds: the visible ones you ran yourself, hidden checks, or both."""
+    if result.get("visibility") == "hidden":
+        return "hidden checks only"
+    return "visible tests + hidden checks" if result.get("has_hidden") else "visible tests"

@@ -112,6 +112,16 @@ def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict):
     return nb
 
 
+def _lost(tests: list[dict]) -> str:
+    """One sentence naming every test that lost points and why (never a hidden test's code)."""
+    failed = [t for t in tests if t["points"] < t["max_points"]]
+    if not failed:
+        return ""
+    lost = sum(t["max_points"] - t["points"] for t in failed)
+    reasons = "; ".join(f"{t['test']}: {t['message'] or 'failed'}"[:200] for t in failed)
+    return f"Lost {lost:g} point(s): {reasons}"[:1500]
+
+
 class _Run:
     """Bookkeeping for one grading run: rows in submission order, written after each result."""
 
@@ -122,6 +132,7 @@ class _Run:
         self.timestamps, self.log = timestamps, log
         self.previous = {r["student_id"]: r for r in previous}  # kept byte for byte
         self.order = [r["student_id"] for r in previous]
+        self.export_order: list[str] = []
         self.rows: dict[str, dict] = {}
 
     def row(self, sub, student: str, **fields) -> dict:
@@ -130,9 +141,12 @@ class _Run:
                 "message": sub.note, **fields}
 
     def all_rows(self) -> list[dict]:
-        """Earlier rows in their order (regraded ones replaced), then new students."""
-        order = self.order + [s for s in self.rows if s not in self.previous]
-        return [self.rows.get(s) or self.previous[s] for s in order]
+        """Earlier rows in their order (regraded ones replaced), then new students in the
+        export's order, whatever order the workers finished in."""
+        rank = {s: i for i, s in enumerate(self.export_order)}
+        new = sorted((s for s in self.rows if s not in self.previous),
+                     key=lambda s: rank.get(s, len(rank)))
+        return [self.rows.get(s) or self.previous[s] for s in self.order + new]
 
     def finish(self, sub, student: str, steps, result: dict | None,
                row: dict, seconds: float) -> None:
@@ -141,7 +155,8 @@ class _Run:
             raw = sum(t["points"] for t in tests)
             when = self.timestamps.get(student, sub.timestamp)
             off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
-            message = " ".join(m for m in (row["message"], result["message"], late) if m)
+            message = " ".join(m for m in (row["message"], result["message"], late,
+                                            _lost(tests)) if m)
             row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
                        message=message)
             try:
@@ -217,6 +232,7 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
     run = _Run(assignment, out, work, max_score, release, policy or LatePolicy(),
                load_timestamps(timestamps), log, previous)
+    run.export_order = [s.student_id for s in subs]
     mine = [s for s in subs if in_shard(s.student_id, shard)]
     _write_manifest(out, assignment, subs, mine, shard)
     if only:

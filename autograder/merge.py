@@ -28,11 +28,14 @@ def _manifest(folder: Path) -> dict:
 
 def _replay(source: Path, dest: Path, assignment: str, student: str) -> None:
     """Copy one student's gradebook entry (scores, time, late penalty) and notebooks."""
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
 
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{source / 'gradebook.db'}") as gb:
         warnings.simplefilter("ignore")
-        sub = gb.find_submission(assignment, student)
+        try:
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:  # an ungradable submission: a row and feedback, no gradebook entry
+            return
         notebook = gb.find_submission_notebook(assignment, assignment, student)
         tests = [{"test": g.name, "points": g.auto_score or 0.0} for g in notebook.grades]
         timestamp, penalty = sub.timestamp, notebook.late_submission_penalty or 0.0
