@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -14,12 +13,14 @@ def seed_everything(seed: int) -> int:
 
     The same seed gives the same numbers on the same device and library versions. GPU kernels
     may still be nondeterministic (atomics in cuDNN); that is why tests compare on the CPU.
+    String hashing (the order of a ``set`` of str) is fixed only by ``PYTHONHASHSEED`` set
+    before Python starts, which no call inside a running notebook can do; the course's code
+    never lets a result depend on set order, for that reason.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if not 0 <= seed < 2**32:
         raise ValueError(f"seed must be in [0, 2**32), got {seed}")
-    os.environ["PYTHONHASHSEED"] = str(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
