@@ -219,3 +219,25 @@ def test_exact_search_survives_batch_dependent_rounding():
     for r in range(4):
         best = max(brute_force(model, r, 5), key=lambda x: x[1])
         assert found[r].tokens == best[0]
+
+
+def test_when_endings_outnumber_free_slots_the_best_ones_finish():
+    """Beam 2: step 1 finishes <eos> (one slot left) and keeps beams [2] and [3]; at step 2
+    both beams may end, and the better ending comes from the worse beam, [3]."""
+    table = {0: [0, 0.5, 0.3, 0.19, 0.01], 2: [0, 0.3, 0.25, 0.25, 0.2],
+             3: [0, 0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3], 4: [0, 1.0, 0, 0, 0]}
+
+    class Ends:
+        bos_id, eos_id = 0, 1
+
+        def start(self, rows):
+            return {}
+
+        def step(self, state, last):
+            return torch.tensor([table[int(t)] for t in last]).log(), state
+
+        select = staticmethod(decoding.select_state)
+
+    hyps = decoding.beam_search(Ends(), torch.arange(1), beam_size=2, max_len=4, n_best=2)[0]
+    assert [h.tokens for h in hyps] == [[], [3]]
+    assert hyps[1].logprob == pytest.approx(math.log(0.19 * 0.9))

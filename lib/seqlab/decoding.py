@@ -333,7 +333,8 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60,
             kth = cand.topk(k, dim=-1).values[:, -1:]
             eos_cand = cand.view(batch, k, vocab)[:, :, model.eos_id]
             ended = (eos_cand >= kth) & eos_cand.isfinite()
-            for b, beam in ended.nonzero().tolist():
+            # best first, so the last free slots go to the most probable endings
+            for b, beam in sorted(ended.nonzero().tolist(), key=lambda i: -eos_cand[i[0], i[1]]):
                 if not done[b] and len(finished[b]) < k:
                     lp = float(eos_cand[b, beam])
                     finished[b].append(Hypothesis(history[b, beam].tolist(), lp,
