@@ -277,8 +277,8 @@ def test_every_submission_is_exactly_one_row(hostile):
     table, out, rows, _, _ = hostile
     with open(out / "grades.csv") as handle:
         written = list(csv.DictReader(handle))
-    assert list(written[0]) == ["student_id", "assignment", "score", "max_score", "status",
-                                "message"]
+    assert list(written[0]) == ["student_id", "name", "assignment", "score", "max_score",
+                                "status", "message"]
     assert sorted(r["student_id"] for r in written) == sorted(table) == sorted(rows)
 
 
