@@ -93,6 +93,38 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     return {}
 
 
+COLAB_STAND_IN = '''"""Stand-in for google.colab while a notebook is graded: nothing to mount."""
+
+
+class _Drive:
+    def mount(self, *args, **kwargs):
+        print("(grading: drive.mount skipped: the grader has no Google Drive)")
+
+    def flush_and_unmount(self, *args, **kwargs):
+        pass
+
+
+class _Files:
+    def upload(self, *args, **kwargs):
+        print("(grading: files.upload skipped)")
+        return {}
+
+    def download(self, *args, **kwargs):
+        pass
+
+
+class _Output:
+    def enable_custom_widget_manager(self, *args, **kwargs):
+        pass
+
+    def clear(self, *args, **kwargs):
+        pass
+
+
+drive, files, output = _Drive(), _Files(), _Output()
+'''
+
+
 class Sandbox:
     """Knows how to start ``runner.py`` for one submission, and how to clean up after it."""
 
@@ -127,6 +159,10 @@ class Sandbox:
         shutil.copy(RUNNER, self.support / "runner.py")
         (site / "autograder" / "__init__.py").write_text("")
         shutil.copy(CHECKS, site / "autograder" / "checks.py")
+        # Colab's own module, as a no-op stand-in: a notebook saved on Colab mounts Drive or
+        # uploads files in cells of its own, which must not cost points where there is no Colab
+        (site / "google" / "colab").mkdir(parents=True)  # `google` stays a namespace package
+        (site / "google" / "colab" / "__init__.py").write_text(COLAB_STAND_IN)
         for name in self.withheld:
             if name == "autograder":
                 continue

@@ -42,7 +42,7 @@ def colab_saved(nb: dict) -> dict:
     for i, cell in enumerate(nb["cells"]):
         cell["id"] = f"colab{i}"
         cell["metadata"]["id"] = f"colab{i}"
-    extra = ["!pip install -q nltk\n%pip install -q sacrebleu",
+    extra = ["!pip install -q a-package-no-index-has\n%pip install -q another-one",
              "from google.colab import drive\ndrive.mount('/content/drive')",
              "from google.colab import files\nimport torch\n"
              "print('device:', 'cuda' if torch.cuda.is_available() else 'cpu')",
@@ -95,7 +95,7 @@ def export(tmp_path_factory):
         "321": (0.0, "ungradable", "leebob", "a PDF was submitted"),
         "654": (FULL, "graded", "kimann", "saved under another name"),
         "987": (FULL, "graded", "parkcho", "inside the zip hw.zip"),
-        "111": (FULL, "graded", "colabuser", ""),
+        "111": (FULL, "graded", "colabuser", ""),  # no error from Colab's cells either
         "222": (FULL - 0.2 * FULL, "graded", "latefox", "after the deadline"),
     }
     return archive, folder, expected
@@ -129,6 +129,10 @@ def test_a_zipped_class(graded, export):
     out, rows = graded
     check_rows(rows, export[2])
     assert "ignored 01_language_models.ipynb" in rows["789"]["message"]
+    assert rows["111"]["message"] == ""  # Colab's cells ran: pip skipped, Drive a stand-in
+    colab = json.loads((out / "course" / "autograded" / "111" / A / f"{A}.ipynb").read_text())
+    printed = "".join(o.get("text", "") for c in colab["cells"] for o in c.get("outputs", []))
+    assert "skipped !pip install" in printed and "drive.mount skipped" in printed
     feedback = json.loads((out / "feedback" / "456" / "feedback.json").read_text())
     assert all(t["message"] for t in feedback["tests"])  # a reason for every lost point
     html = (out / "feedback" / "456" / "feedback.html").read_text()
@@ -195,3 +199,12 @@ def test_exports_that_hold_nobody_or_are_broken(tmp_path):
     with pytest.raises(ValueError, match="corrupt or truncated"):
         _grade(broken, tmp_path / "out2")
     assert not (tmp_path / "out2").exists()
+
+
+def test_shell_lines_are_skipped_with_a_note():
+    from autograder.runner import skip_shell
+
+    code = "x = 1\n!pip install foo\n  %pip install bar\ny = x != 2"
+    assert skip_shell(code) == ("x = 1\nprint('(grading: skipped !pip install foo)')\n"
+                                "  print('(grading: skipped %pip install bar)')\ny = x != 2")
+    assert skip_shell("%%bash\nls") == "print('(grading: skipped a %%bash cell)')"
