@@ -150,3 +150,13 @@ def test_evaluate_weights_token_means_by_tokens():
     assert evaluate(model, [long, short], lm_loss) == pytest.approx(expected, rel=1e-6)
     assert evaluate(model, [long, short], lambda m, b: lm_loss(m, b)) == \
         pytest.approx(sum(nll) / 2, rel=1e-6)
+
+
+def test_progress_is_plain_text_in_headless_runs(monkeypatch):
+    from tqdm.std import tqdm as text_bar
+
+    from seqlab.progress import progress_bar
+
+    monkeypatch.setenv("SEQLAB_NOTEBOOK", "05_transformer")
+    bar = progress_bar(range(3), leave=False, disable=True)
+    assert type(bar) is text_bar and bar.leave  # the final state stays in the saved notebook

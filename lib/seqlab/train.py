@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from .device import autocast, get_device, grad_scaler
+from .progress import progress_bar
 
 
 @dataclass
@@ -192,8 +192,8 @@ def fit(
         pending: list[torch.Tensor] = []
         batches = _batches(train_data)
         total = len(batches) if hasattr(batches, "__len__") else None
-        bar = tqdm(batches, total=total, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress,
-                   leave=False)
+        bar = progress_bar(batches, total=total, desc=f"epoch {epoch + 1}/{epochs}",
+                           disable=not progress, leave=False)
         for batch in bar:
             with autocast(device):
                 loss = loss_fn(model, to_device(batch, device))

@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from ..progress import progress_bar
 
 DEFAULT_TIMEOUT = 20.0  # seconds per connection attempt: offline machines fail fast, never hang
 _CHUNK = 1 << 16
@@ -87,7 +87,7 @@ def _fetch(url: str, dest: Path, timeout: float, desc: str) -> None:
         total = response.headers.get("Content-Length")
         total = int(total) if total and total.isdigit() else None
         received = 0
-        with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
+        with progress_bar(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 out.write(chunk)
                 received += len(chunk)
