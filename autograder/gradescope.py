@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .course import COURSE, check_assignment, source_notebook
 from .normalize import master_step, plan, read_notebook, withheld
+from .release import has_visible_code
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import choose_notebook, student_files
 
@@ -77,20 +78,6 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
     return out
 
 
-def _hidden_only(source: str) -> bool:
-    """A test cell whose every line of code is a hidden test: Gradescope hides it entirely."""
-    inside, visible = False, False
-    for line in source.splitlines():
-        text = line.strip()
-        if text.upper().startswith("### BEGIN HIDDEN TESTS"):
-            inside = True
-        elif text.upper().startswith("### END HIDDEN TESTS"):
-            inside = False
-        elif text and not text.startswith("#") and not inside:
-            visible = True
-    return not visible
-
-
 def _results(score: float, output: str, tests: list[dict]) -> dict:
     return {"score": score, "output": output, "tests": tests, "visibility": "visible",
             "stdout_visibility": "hidden"}
@@ -106,7 +93,7 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
     master = read_notebook(source_notebook(assignment, course))
     steps_master = [master_step(c) for c in master["cells"]]
     zero = [{"name": s.grade_id, "score": 0.0, "max_score": s.points,
-             "visibility": "hidden" if _hidden_only(s.source) else "visible"}
+             "visibility": "visible" if has_visible_code(s.source) else "hidden"}
             for s in steps_master if s.kind == "test"]
     try:
         problem = sandbox_problem()

@@ -17,6 +17,28 @@ _BEGIN = re.compile(r"^#+\s*BEGIN\b", re.IGNORECASE)
 _END = re.compile(r"^#+\s*END\b", re.IGNORECASE)
 
 
+def hidden_lines(source: str) -> set[int]:
+    """Line numbers (1-based) inside the hidden-test regions of a test cell: the one reading of
+    the markers that release, grading feedback and Gradescope's visibility share."""
+    inside, lines = False, set()
+    for number, line in enumerate(source.splitlines(), 1):
+        text = line.strip()
+        if _BEGIN.match(text):
+            inside = "HID" in text.upper()
+        elif _END.match(text):
+            inside = False
+        elif inside:
+            lines.add(number)
+    return lines
+
+
+def has_visible_code(source: str) -> bool:
+    """Whether a test cell has code outside its hidden regions (the tests a student sees)."""
+    hidden = hidden_lines(source)
+    return any(line.strip() and not line.lstrip().startswith("#") and n not in hidden
+               for n, line in enumerate(source.splitlines(), 1))
+
+
 class ReleaseLeak(RuntimeError):
     """The generated release still contains solution or hidden-test text."""
 
