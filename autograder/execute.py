@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import io
 import random
+import re
 import time
 from pathlib import Path
 
@@ -71,6 +72,30 @@ def hidden_lines(source: str) -> set[int]:
         elif inside:
             lines.add(number)
     return lines
+
+
+def _raised_in(exc: BaseException, filename: str) -> bool:
+    """Whether the innermost frame of ``exc`` is the test cell's own code (not a proxied call
+    into the student's code, whose errors the grader's proxy raises)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == filename
+
+
+def _name_hint(exc: NameError, filename: str) -> str:
+    """What a student can do about a NameError in a test. A test reading a ``_``-prefixed name
+    it does not define reads a helper of the grader's, which only an earlier test cell could
+    have left behind: not the student's to fix, so say so instead of asking for that name."""
+    name = getattr(exc, "name", None)
+    if not isinstance(name, str):
+        match = re.search(r"name '([^']+)' is not defined", str(exc))
+        name = match.group(1) if match else ""
+    if name.startswith("_") and _raised_in(exc, filename):
+        return (f": {name} is a helper of the grader's, not a name you should define; an "
+                "earlier test cell failed before defining it, so this cell could not check your "
+                "answer. This is a bug in the grader, not in your code: please report it")
+    return " (is the function defined, under exactly this name?)"
 
 
 def _failed_in_hidden(exc: BaseException, filename: str, hidden: set[int]) -> bool:
@@ -191,7 +216,7 @@ class Grading:
         except Exception as exc:
             message = _message(exc)
             if isinstance(exc, NameError):
-                message += " (is the function defined, under exactly this name?)"
+                message += _name_hint(exc, filename)
             in_hidden = _failed_in_hidden(exc, filename, hidden)
             if in_hidden:
                 message = f"the visible tests passed, a hidden check failed: {message}"
