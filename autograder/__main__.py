@@ -76,6 +76,9 @@ def main(argv=None) -> int:
 
     p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")
+    p.add_argument("--independence", action="store_true",
+                   help="also stub each answer in turn: only the test cells that use it may "
+                        "lose points (grades one more submission per answer)")
 
     args = parser.parse_args(argv)
     try:
@@ -114,7 +117,8 @@ def main(argv=None) -> int:
         else:
             from .selftest import selftest_all
 
-            failures = selftest_all(args.assignment or None, args.course)
+            failures = selftest_all(args.assignment or None, args.course,
+                                    independence=args.independence)
             for failure in failures:
                 print("FAIL:", failure, file=sys.stderr)
             return 1 if failures else 0

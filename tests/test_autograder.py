@@ -90,7 +90,9 @@ def test_unknown_assignment(tmp_path):
 
 @pytest.mark.parametrize("assignment", assignments())
 def test_selftest_passes(assignment):
-    assert selftest(assignment, log=lambda *a: None) == []
+    """Full marks for the solution, 0 for the release, and each answer stubbed in turn costs
+    only the test cells that use it (one grading run per assignment)."""
+    assert selftest(assignment, log=lambda *a: None, independence=True) == []
 
 
 def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
