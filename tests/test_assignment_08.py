@@ -1,0 +1,108 @@
+"""Assignment 08: each answer costs only its own test cells, and the mistakes that the sandbox
+would hide are still caught.
+
+The three answers are independent, so each is stubbed on its own. Three more submissions pin
+down checks that depend on how graded calls cross into the sandbox: arguments arrive there as
+copies and torch's global generator is reseeded before every call, so writing into ``ids`` in
+place, drawing from the global generator, and popping the caller's lists would all pass
+unnoticed if the tests did not look for them (ids whose rows share memory, draws isolated one by
+one, tuples). One sandboxed grading run (2 workers) grades all six.
+"""
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from autograder.course import source_notebook
+from autograder.grade import grade
+from autograder.sandbox import sandbox_problem
+
+A = "08_bert_mlm"
+FULL = 12.0
+OWN_CELLS = {
+    "mask_tokens": {"test_mask_rules", "test_mask_rates", "test_mask_generator"},
+    "mlm_loss": {"test_mlm_loss_value", "test_mlm_loss_ignores"},
+    "pack_pair": {"test_pack_layout", "test_pack_truncation"},
+}
+_DRAWS = """
+    special = torch.isin(ids, torch.tensor(special_ids))
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in special_ids])
+    u = torch.rand(ids.shape{g})
+    v = torch.rand(ids.shape{g})
+    r = torch.randint(len(ordinary), ids.shape{g})
+    chosen = (u < p) & ~special
+    to_mask = chosen & (v < mask_rate)
+    to_random = chosen & (v >= mask_rate) & (v < mask_rate + random_rate)
+"""
+# name: (function, its wrong body, the test cells it must lose)
+WRONG = {
+    "writes_into_ids": ("mask_tokens", _DRAWS.format(g=", generator=generator") + """
+    labels = ids.masked_fill(~chosen, -100)
+    ids[to_mask] = mask_id
+    ids[to_random] = ordinary[r][to_random]
+    return ids, labels
+""", {"test_mask_rules"}),
+    "global_generator": ("mask_tokens", _DRAWS.format(g="") + """
+    inputs = torch.where(to_random, ordinary[r], ids.masked_fill(to_mask, mask_id))
+    return inputs, ids.masked_fill(~chosen, -100)
+""", {"test_mask_generator"}),
+    "pops_the_callers_lists": ("pack_pair", """
+    if max_len < (2 if b is None else 3):
+        raise ValueError("max_len too small")
+    while len(a) + len(b or []) + (2 if b is None else 3) > max_len:
+        (a if b is None or len(a) >= len(b) else b).pop()
+    if b is None:
+        return [cls_id, *a, sep_id], [0] * (len(a) + 2)
+    return [cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + 2) + [1] * (len(b) + 1)
+""", {"test_pack_truncation"}),
+}
+
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap: "
+                                + (sandbox_problem() or ""))
+
+
+def replaced(function: str, body: str = "\n    raise NotImplementedError()\n"
+             ) -> nbformat.NotebookNode:
+    """The solution with ``function``'s solution region replaced by ``body`` (the release's
+    stub unless given)."""
+    nb = nbformat.read(source_notebook(A), as_version=4)
+    region = re.compile(rf"(def {function}\(.*?)\n *### BEGIN SOLUTION\n.*?### END SOLUTION",
+                        re.DOTALL)
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and c.metadata["nbgrader"].get("solution") and f"def {function}(" in c.source]
+    assert len(cells) == 1, f"expected one answer cell defining {function}"
+    cells[0].source, found = region.subn(lambda m: m.group(1) + body.rstrip("\n"),
+                                         cells[0].source)
+    assert found == 1, function
+    return nb
+
+
+def test_every_answer_is_named_and_every_test_cell_owned():
+    nb = nbformat.read(source_notebook(A), as_version=4)
+    tests = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+             for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert set(tests) == set().union(*OWN_CELLS.values())
+    assert sum(tests.values()) == FULL
+
+
+def test_each_mistake_costs_only_its_own_cells(tmp_path):
+    expected = {f"stub_{f}": cells for f, cells in OWN_CELLS.items()}
+    notebooks = {f"stub_{f}": replaced(f) for f in OWN_CELLS}
+    for name, (function, body, cells) in WRONG.items():
+        notebooks[name], expected[name] = replaced(function, body), cells
+    for name, nb in notebooks.items():
+        (tmp_path / "subs" / name).mkdir(parents=True)
+        nbformat.write(nb, tmp_path / "subs" / name / f"{A}.ipynb")
+    rows = grade(A, tmp_path / "subs", tmp_path / "out", workers=2, log=lambda *a: None)
+    assert len(rows) == len(notebooks)
+    for row in rows:
+        name = row["student_id"]
+        feedback = json.loads((tmp_path / "out" / "feedback" / name / "feedback.json")
+                              .read_text())
+        lost = {t["test"] for t in feedback["tests"] if not t["passed"]}
+        assert row["status"] == "graded", row
+        assert lost == expected[name], (name, feedback["tests"])
+        cost = sum(t["max_points"] for t in feedback["tests"] if t["test"] in lost)
+        assert float(row["score"]) == FULL - cost, row
