@@ -1,12 +1,11 @@
-"""Assignment 08: each answer costs only its own test cells, and the mistakes that the sandbox
-would hide are still caught.
+"""Assignment 08: mistakes that the sandbox would hide are still caught, each in its own cell.
 
-The three answers are independent, so each is stubbed on its own. Three more submissions pin
-down checks that depend on how graded calls cross into the sandbox: arguments arrive there as
-copies and torch's global generator is reseeded before every call, so writing into ``ids`` in
-place, drawing from the global generator, and popping the caller's lists would all pass
-unnoticed if the tests did not look for them (ids whose rows share memory, draws isolated one by
-one, tuples). One sandboxed grading run (2 workers) grades all six.
+Graded calls cross into the sandbox as copies of their arguments, and torch's global generator
+is reseeded before every call. So writing into ``ids`` in place, drawing from the global
+generator, and popping the caller's lists would pass unnoticed if the tests did not look for them
+(ids whose rows share memory, the three draws isolated one at a time, tuples for lists). One
+sandboxed grading run (2 workers) grades the three mistakes. That a stubbed answer costs only its
+own cells is ``selftest --independence``'s job, which the suite runs for every assignment.
 """
 
 import json
@@ -63,10 +62,8 @@ pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewra
                                 + (sandbox_problem() or ""))
 
 
-def replaced(function: str, body: str = "\n    raise NotImplementedError()\n"
-             ) -> nbformat.NotebookNode:
-    """The solution with ``function``'s solution region replaced by ``body`` (the release's
-    stub unless given)."""
+def replaced(function: str, body: str) -> nbformat.NotebookNode:
+    """The solution with ``function``'s solution region replaced by ``body``."""
     nb = nbformat.read(source_notebook(A), as_version=4)
     region = re.compile(rf"(def {function}\(.*?)\n *### BEGIN SOLUTION\n.*?### END SOLUTION",
                         re.DOTALL)
@@ -85,13 +82,11 @@ def test_every_answer_is_named_and_every_test_cell_owned():
              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     assert set(tests) == set().union(*OWN_CELLS.values())
     assert sum(tests.values()) == FULL
+    assert all(cells <= OWN_CELLS[function] for function, _, cells in WRONG.values())
 
 
-def test_each_mistake_costs_only_its_own_cells(tmp_path):
-    expected = {f"stub_{f}": cells for f, cells in OWN_CELLS.items()}
-    notebooks = {f"stub_{f}": replaced(f) for f in OWN_CELLS}
-    for name, (function, body, cells) in WRONG.items():
-        notebooks[name], expected[name] = replaced(function, body), cells
+def test_hidden_mistakes_cost_only_their_own_cells(tmp_path):
+    notebooks = {name: replaced(function, body) for name, (function, body, _) in WRONG.items()}
     for name, nb in notebooks.items():
         (tmp_path / "subs" / name).mkdir(parents=True)
         nbformat.write(nb, tmp_path / "subs" / name / f"{A}.ipynb")
@@ -103,6 +98,6 @@ def test_each_mistake_costs_only_its_own_cells(tmp_path):
                               .read_text())
         lost = {t["test"] for t in feedback["tests"] if not t["passed"]}
         assert row["status"] == "graded", row
-        assert lost == expected[name], (name, feedback["tests"])
+        assert lost == WRONG[name][2], (name, feedback["tests"])
         cost = sum(t["max_points"] for t in feedback["tests"] if t["test"] in lost)
         assert float(row["score"]) == FULL - cost, row
