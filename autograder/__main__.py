@@ -1,4 +1,4 @@
-"""python -m autograder: release, grade and self-test the course's assignments."""
+"""python -m autograder: release, publish, grade and self-test the course's assignments."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ def main(argv=None) -> int:
     p = commands.add_parser("release", help="write the student version of an assignment")
     p.add_argument("assignment")
     p.add_argument("--out", type=Path, required=True, help="folder to write the release into")
+
+    p = commands.add_parser("publish", help="build the student edition (lectures, library, "
+                                            "released assignments) as a folder to push")
+    p.add_argument("--out", type=Path, required=True,
+                   help="new folder, earlier edition, or a clone of the edition's repository "
+                        "(its .git is kept)")
+    p.add_argument("--repo", help="the edition's GitHub address, for the Colab badges and setup "
+                                  "cells (default: [tool.seqlab.colab] of pyproject.toml)")
+    p.add_argument("--branch", help="its branch (default: the one in pyproject.toml)")
 
     p = commands.add_parser("grade", help="autograde a folder or LMS zip of submissions")
     p.add_argument("assignment")
@@ -86,6 +95,11 @@ def main(argv=None) -> int:
             from .release import release
 
             print(f"release written to {release(args.assignment, args.out, args.course)}")
+        elif args.command == "publish":
+            from .publish import publish
+
+            path = publish(args.out, args.repo, args.branch, args.course)
+            print(f"student edition written to {path}: commit and push it as its own repository")
         elif args.command == "grade":
             from .grade import grade, parse_shard
             from .late import load_policy

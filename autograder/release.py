@@ -43,8 +43,9 @@ class ReleaseLeak(RuntimeError):
     """The generated release still contains solution or hidden-test text."""
 
 
-def _secret_lines(source: nbformat.NotebookNode) -> set[str]:
-    """Lines that appear only inside solution or hidden-test regions of the source."""
+def regions(source: nbformat.NotebookNode) -> tuple[set[str], set[str]]:
+    """(lines inside solution or hidden-test regions, lines outside them) of the source,
+    stripped, without blank and comment lines."""
     secret, public = set(), set()
     for cell in source.cells:
         inside = False
@@ -56,6 +57,12 @@ def _secret_lines(source: nbformat.NotebookNode) -> set[str]:
                 inside = False
             elif text and not text.startswith("#"):
                 (secret if inside else public).add(text)
+    return secret, public
+
+
+def _secret_lines(source: nbformat.NotebookNode) -> set[str]:
+    """Lines that appear only inside solution or hidden-test regions of the source."""
+    secret, public = regions(source)
     return secret - public
 
 

@@ -1,0 +1,415 @@
+"""The student edition: everything students get, and nothing else, as a folder to push as its
+own repository.
+
+This repository is the instructor's. ``assignments/source`` holds every solution and hidden test,
+so it stays private, and students get the edition that ``python -m autograder publish --out DIR``
+builds (nbgrader's practice: a private source, a published release):
+
+- ``notebooks/``: the lectures, without outputs;
+- ``lib/seqlab/``: the course library;
+- ``assignments/NN_topic/NN_topic.ipynb``: the release of every assignment (``release``);
+- ``autograder/checks.py`` and a small ``__init__``: all the visible tests import;
+- ``pyproject.toml`` (package ``seqlab`` and that small ``autograder``, the course's runtime
+  dependencies) and a README for students.
+
+Every notebook gets a Colab badge and a Colab-only setup cell pointing at the edition's own
+repository (``--repo``, default: ``[tool.seqlab.colab]`` of pyproject.toml, the course's public
+address), which installs the library and the checks. The edition is built in a temporary folder
+beside ``--out`` and scanned before it replaces anything: if any file would hold a line of a
+solution or hidden-test region of any assignment (misspelled markers included), ``publish``
+raises ``EditionLeak`` naming the file and writes nothing. Lines that the library itself holds
+are not secrets (the library is the public reference implementation; answers that call it earn
+nothing), and neither are trivial lines such as ``pass``, ``else:`` or ``)``.
+
+``--out`` may be a clone of the edition's repository: its ``.git`` is kept and everything else
+replaced, so a new term's edition is ``publish``, ``git commit``, ``git push``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+from .course import COURSE, assignments, source_notebook
+from .release import _BEGIN, _END, regions, release
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKS = Path(__file__).resolve().parent / "checks.py"
+_POINTER = re.compile(r"assignments/source/(\d\d_\w+)(?:/\1\.ipynb)?")
+# A region marker, misspelled or not, anywhere in the edition (the release check is stricter).
+_MARKER = re.compile(r"^#+\s*(BEGIN|END)\s+(SOL|HID)", re.IGNORECASE)
+_WORD = re.compile(r"\w+")
+
+AUTOGRADER_INIT = '''"""The checks the assignments' visible tests use (``autograder.checks``).
+
+This is the student edition of the course: the grader itself is not part of it.
+"""
+'''
+
+
+class EditionLeak(RuntimeError):
+    """The student edition would contain solution or hidden-test text."""
+
+
+def trivial(line: str) -> bool:
+    """A line too plain to give anything away: at most one word (``pass``, ``else:``, ``)``)."""
+    return len(_WORD.findall(line)) <= 1
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The lines a reader of ``path`` sees: cell sources and outputs of a notebook, else text."""
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        try:
+            nb = json.loads(raw)
+            parts = []
+            for cell in nb.get("cells", []):
+                parts.append(_join(cell.get("source", "")))
+                for output in cell.get("outputs", []) or []:
+                    parts.append(_join(output.get("text", "")))
+                    parts.extend(_join(v) for v in (output.get("data") or {}).values())
+            raw = "\n".join(parts)
+        except (ValueError, AttributeError, TypeError):
+            pass  # scanned as plain text
+    return raw.splitlines()
+
+
+def _join(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def library_lines(root: Path = ROOT) -> set[str]:
+    """Every stripped line of the course library's source: public by design."""
+    return {line.strip() for path in sorted((root / "lib" / "seqlab").rglob("*.py"))
+            for line in path.read_text(errors="replace").splitlines()}
+
+
+def course_secrets(course: Path = COURSE, root: Path = ROOT) -> dict[str, list[str]]:
+    """Line -> the assignments whose solution or hidden-test regions hold it. Lines that the
+    course publishes anyway are left out: those of the library and those outside the regions
+    of any assignment (the release keeps them), and trivial ones."""
+    public = library_lines(root)
+    hidden = {}
+    for name in assignments(course):
+        secret, visible = regions(nbformat.read(source_notebook(name, course), as_version=4))
+        hidden[name] = secret
+        public |= visible
+    secrets: dict[str, list[str]] = {}
+    for name, lines in hidden.items():
+        for line in sorted(lines - public):
+            if not trivial(line):
+                secrets.setdefault(line, []).append(name)
+    return secrets
+
+
+def edition_leaks(folder: Path, course: Path = COURSE, root: Path = ROOT
+                  ) -> list[tuple[str, str, str]]:
+    """(file, line, what it is) for every secret line or region marker found in ``folder``."""
+    secrets = course_secrets(course, root)
+    found = []
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        relative = path.relative_to(folder).as_posix()
+        if relative.startswith(".git/"):
+            continue
+        for line in _text_lines(path):
+            text = line.strip()
+            if text in secrets:
+                found.append((relative, text, "a line of the solutions or hidden tests of "
+                              + ", ".join(secrets[text])))
+            elif _MARKER.match(text) or (relative.startswith("assignments/") and
+                                         (_BEGIN.match(text) or _END.match(text))):
+                found.append((relative, text, "a solution or hidden-test region marker"))
+    return found
+
+
+def allowed(relative: str, names: list[str]) -> bool:
+    """Whether a file may be part of the edition at all (anything else is refused)."""
+    parts = relative.split("/")
+    if relative in ("README.md", "pyproject.toml", "autograder/__init__.py",
+                    "autograder/checks.py"):
+        return True
+    if parts[0] == "notebooks":
+        return len(parts) == 2 and re.fullmatch(r"\d\d_\w+\.ipynb", parts[1]) is not None
+    if parts[:2] == ["lib", "seqlab"]:
+        return "__pycache__" not in parts and not relative.endswith(".pyc")
+    return parts[0] == "assignments" and len(parts) >= 3 and parts[1] in names
+
+
+# ---------------------------------------------------------------------------- building
+def _write_json(path: Path, nb: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+def _lines(text: str) -> list[str]:
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _clean(nb: dict) -> dict:
+    """No outputs, and lectures point at the released assignments, never at their source."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        text = _join(cell["source"])
+        if _POINTER.search(text):
+            cell["source"] = _lines(_POINTER.sub(r"assignments/\1/\1.ipynb", text))
+    return nb
+
+
+def _lectures(build: Path, root: Path, repo: str, branch: str) -> None:
+    from seqlab.course import apply_colab
+
+    paths = []
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        target = build / "notebooks" / path.name
+        _write_json(target, _clean(json.loads(path.read_text())))
+        paths.append(target)
+    apply_colab(paths, repo, branch, root=build)
+
+
+def _assignment(name: str, build: Path, course: Path, repo: str, branch: str) -> None:
+    from seqlab.course import colab_header
+
+    with tempfile.TemporaryDirectory() as tmp:
+        released = release(name, Path(tmp), course)  # refuses a release that leaks
+        target = build / "assignments" / name
+        shutil.copytree(released, target)
+    path = target / f"{name}.ipynb"
+    nb = _clean(json.loads(path.read_text()))
+    badge, setup = colab_header(path, repo, branch, build)
+    nb["cells"][:0] = [
+        {"cell_type": "markdown", "id": "colab-badge", "metadata": {}, "source": _lines(badge)},
+        {"cell_type": "code", "execution_count": None, "id": "colab-setup", "metadata": {},
+         "outputs": [], "source": _lines(setup)},
+    ]
+    _write_json(path, nb)
+
+
+def _packages(root: Path) -> list[str]:
+    library = root / "lib" / "seqlab"
+    return sorted(".".join(("seqlab",) + p.parent.relative_to(library).parts)
+                  for p in library.rglob("__init__.py") if "__pycache__" not in p.parts)
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[\n" + "".join(f"    {json.dumps(v)},\n" for v in values) + "]"
+
+
+def pyproject(root: Path, repo: str, branch: str) -> str:
+    """The edition's pyproject.toml: the library and the checks, the course's runtime deps."""
+    import tomllib
+
+    main = tomllib.loads((root / "pyproject.toml").read_text())
+    project, build = main["project"], main["build-system"]
+    packages = _packages(root) + ["autograder"]
+    license_ = project.get("license")
+    license_line = f"license = {json.dumps(license_)}\n" if isinstance(license_, str) else ""
+    return f"""[build-system]
+requires = {json.dumps(build["requires"])}
+build-backend = {json.dumps(build["build-backend"])}
+
+[project]
+name = {json.dumps(project["name"])}
+version = {json.dumps(project["version"])}
+description = "Neural sequence models course, student edition: lectures, library, assignments"
+readme = "README.md"
+requires-python = {json.dumps(project.get("requires-python", ">=3.10"))}
+{license_line}dependencies = {_toml_list(project["dependencies"])}
+
+[project.optional-dependencies]
+# On your laptop: pip install -e ".[lab]" brings JupyterLab too.
+lab = ["jupyterlab>=4.0", "ipywidgets>=8.0"]
+
+[tool.setuptools]
+package-dir = {{ "seqlab" = "lib/seqlab", "autograder" = "autograder" }}
+packages = {json.dumps(packages)}
+
+# The address every Colab badge and setup cell of this edition points at.
+[tool.seqlab.colab]
+repository = {json.dumps(repo)}
+branch = {json.dumps(branch)}
+"""
+
+
+def readme(build: Path, repo: str, branch: str) -> str:
+    """The students' README: run locally or on Colab, solve, submit."""
+    from seqlab.course import _github_path
+
+    owner_name = _github_path(repo)
+    folder = owner_name.split("/")[1]
+
+    def colab(relative: str) -> str:
+        return (f"[open in Colab](https://colab.research.google.com/github/{owner_name}/blob/"
+                f"{branch}/{relative})")
+
+    lectures = "\n".join(f"| `{p.name}` | {colab(f'notebooks/{p.name}')} |"
+                         for p in sorted((build / "notebooks").glob("*.ipynb")))
+    tasks = "\n".join(f"| `assignments/{p.name}/{p.name}.ipynb` | "
+                      f"{colab(f'assignments/{p.name}/{p.name}.ipynb')} |"
+                      for p in sorted((build / "assignments").iterdir()))
+    return f"""# Neural sequence models: from n-grams to BERT
+
+Lecture notebooks, the small library they all import (`seqlab`), and the assignments. Run a
+lecture top to bottom and read its plots; then solve the matching assignment and submit it.
+
+| lecture | |
+|---|---|
+{lectures}
+
+| assignment | |
+|---|---|
+{tasks}
+
+## On Google Colab
+
+Open a notebook from its "Open in Colab" badge (or the links above). Its first code cell installs
+the course library from this repository, only on Colab and without touching Colab's torch.
+For the lectures' full mode choose *Runtime → Change runtime type → GPU*; without a GPU they
+run in FAST mode (small data, a minute or so). Colab does not keep your changes: use
+*File → Save a copy in Drive* before you start an assignment.
+
+## On your laptop
+
+With Python 3.10 or newer:
+
+```bash
+git clone {repo}.git
+cd {folder}
+python -m venv .venv
+source .venv/bin/activate          # Windows: .venv\\Scripts\\activate
+pip install -e ".[lab]"            # the library, the assignments' checks, JupyterLab
+jupyter lab
+```
+
+If you want a particular torch (a CPU-only wheel, a CUDA build), install it before the last
+two commands; the course asks only for `torch>=2.2`.
+
+## Assignments
+
+Each assignment notebook says what to implement, its points and its rules. Write your code in
+place of `raise NotImplementedError()` in the answer cells, and do not rename the functions or
+change their signatures. Each test cell holds visible tests: run them as you go. When the
+notebook is graded, the same cells also run hidden tests (random inputs against a reference,
+edge cases, strict types), and each test cell scores on its own. Calling the course library's
+own implementation (`seqlab`) inside an answer earns nothing for that answer.
+
+## Submitting
+
+1. *Kernel → Restart Kernel and Run All Cells* (Colab: *Runtime → Restart and run all*), and
+   check that every visible test prints "visible tests passed".
+2. *File → Download* the notebook (Colab: *File → Download → Download .ipynb*).
+3. Upload that `.ipynb` file where your course collects assignments. Its name does not matter;
+   a PDF, HTML or `.py` export cannot be graded.
+
+## Updates
+
+The course may publish fixes during the term: `git pull` in your clone (keep your answers in a
+copy of the assignment notebook so that a pull never conflicts with them), or open the notebook
+again from its badge on Colab.
+"""
+
+
+def _build(build: Path, course: Path, root: Path, repo: str, branch: str) -> None:
+    names = assignments(course)
+    with ThreadPoolExecutor(max_workers=min(4, len(names) or 1)) as pool:
+        jobs = [pool.submit(_assignment, name, build, course, repo, branch) for name in names]
+        _lectures(build, root, repo, branch)
+        shutil.copytree(root / "lib" / "seqlab", build / "lib" / "seqlab",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for job in jobs:
+            job.result()
+    (build / "autograder").mkdir()
+    (build / "autograder" / "__init__.py").write_text(AUTOGRADER_INIT)
+    shutil.copy(CHECKS, build / "autograder" / "checks.py")
+    (build / "pyproject.toml").write_text(pyproject(root, repo, branch))
+    (build / "README.md").write_text(readme(build, repo, branch))
+
+
+# ---------------------------------------------------------------------------- placing
+def _check_target(out: Path, root: Path, course: Path) -> None:
+    """Refuse to replace anything that is not an empty folder, an earlier edition or a clone
+    of the edition's repository, and never the instructor's repository."""
+    for precious in (root, course):
+        if precious.resolve() == out or precious.resolve().is_relative_to(out):
+            raise ValueError(f"--out {out} holds the instructor's repository; write the student "
+                             "edition somewhere else")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    entries = {p.name for p in out.iterdir()}
+    if (out / "assignments" / "source").exists():
+        raise ValueError(f"--out {out} holds assignments/source: it looks like the instructor's "
+                         "repository, which publish never overwrites")
+    edition = {"README.md", "pyproject.toml", "assignments", "lib"} <= entries
+    if entries and ".git" not in entries and not edition:
+        raise ValueError(f"--out {out} is not empty and is neither a clone of the edition's "
+                         "repository (no .git) nor an earlier edition; choose an empty or new "
+                         "folder")
+
+
+def _place(build: Path, out: Path) -> None:
+    """Put the finished edition at ``out``, keeping a clone's ``.git``."""
+    if not out.exists():
+        os.replace(build, out)
+        return
+    git = out / ".git"
+    if git.exists():
+        os.replace(git, build / ".git")
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+    try:
+        os.replace(out, old / out.name)
+        os.replace(build, out)
+    except OSError:
+        if (old / out.name).exists() and not out.exists():
+            os.replace(old / out.name, out)
+        if (build / ".git").exists() and not git.exists():
+            os.replace(build / ".git", git)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def publish(out: Path, repo: str | None = None, branch: str | None = None,
+            course: Path = COURSE, root: Path = ROOT) -> Path:
+    """Build the student edition into ``out`` (see the module docstring); return ``out``.
+
+    Raises ``EditionLeak`` (and writes nothing) if any file would hold solution or hidden-test
+    text, ``ValueError`` for a bad address or an ``out`` it must not replace.
+    """
+    from seqlab.course import _github_path, colab_address
+
+    saved_repo, saved_branch = colab_address(root / "pyproject.toml")
+    repo, branch = (repo or saved_repo).rstrip("/"), branch or saved_branch
+    _github_path(repo)
+    if not re.fullmatch(r"[\w./-]+", branch):
+        raise ValueError(f"branch must be a plain branch name, got {branch!r}")
+    out = Path(out).resolve()
+    _check_target(out, Path(root), Path(course))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{out.name}-new-", dir=out.parent))
+    try:
+        _build(build, Path(course), Path(root), repo, branch)
+        names = assignments(course)
+        stray = sorted(p.relative_to(build).as_posix() for p in build.rglob("*")
+                       if p.is_file() and not allowed(p.relative_to(build).as_posix(), names))
+        if stray:
+            raise EditionLeak(f"the student edition would contain {len(stray)} file(s) that do "
+                              f"not belong in it, e.g. {stray[0]}; nothing was written")
+        found = edition_leaks(build, course, root)
+        if found:
+            where, line, what = found[0]
+            raise EditionLeak(f"the student edition would contain {len(found)} secret line(s): "
+                              f"{where} holds {line!r}, {what}; nothing was written")
+        _place(build, out)
+    finally:
+        if build.exists():
+            shutil.rmtree(build, ignore_errors=True)
+    return out

@@ -1,0 +1,245 @@
+"""The student edition: complete, free of every solution and hidden test, installable the way
+the Colab setup cell installs it, and its assignments' visible tests run there."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.course import COURSE, assignments, source_notebook
+from autograder.normalize import plan, read_notebook
+from autograder.publish import EditionLeak, edition_leaks, publish, trivial
+from autograder.release import ReleaseLeak, leaks, regions
+from autograder.runner import skip_shell
+from seqlab.course import ROOT, colab_header
+
+REPO, BRANCH = "https://github.com/acme/nlp-students", "fall26"
+NAMES = assignments()
+# Anything of the instructor's: the nbgrader course, grader internals, tests, tooling.
+FORBIDDEN = ("assignments/source", "gradebook", "nbgrader_config", "late_policy", "tests/",
+             "benchmarks/", ".ci/", "Makefile", "environment.yml")
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    return publish(tmp_path_factory.mktemp("published") / "edition", REPO, BRANCH)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_edition_holds_what_students_need_and_nothing_else(edition):
+    files = _files(edition)
+    lectures = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    library = sorted(p.relative_to(ROOT / "lib").as_posix() for p in
+                     (ROOT / "lib" / "seqlab").rglob("*.py") if "__pycache__" not in p.parts)
+    assert files == sorted(
+        ["README.md", "pyproject.toml", "autograder/__init__.py", "autograder/checks.py"]
+        + [f"notebooks/{name}" for name in lectures] + [f"lib/{path}" for path in library]
+        + [f"assignments/{name}/{name}.ipynb" for name in NAMES])
+    assert not [f for f in files if any(bad in f for bad in FORBIDDEN)]
+    assert [f for f in files if f.startswith("autograder/")] == ["autograder/__init__.py",
+                                                                 "autograder/checks.py"]
+    assert (edition / "autograder" / "checks.py").read_text() == \
+        (ROOT / "autograder" / "checks.py").read_text()
+
+
+def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
+    """Every file, notebooks cell by cell, against every line of every assignment's solution
+    and hidden-test regions. Not counted: one-word lines (``pass``, ``else:``, ``)``), lines the
+    library holds (the public reference implementation: answers calling it earn nothing), and
+    lines some assignment shows in its public cells (the edition holds those anyway)."""
+    public = {line.strip() for p in (ROOT / "lib" / "seqlab").rglob("*.py")
+              for line in p.read_text().splitlines()}
+    hidden = {}
+    for name in NAMES:
+        inside, outside = regions(nbformat.read(source_notebook(name), as_version=4))
+        public |= outside
+        for line in inside:
+            hidden.setdefault(line, set()).add(name)
+    secret = {line: names for line, names in hidden.items()
+              if line not in public and not trivial(line)}
+    assert len(secret) > 500  # the scan has something to find
+    found = []
+    for relative in _files(edition):
+        path = edition / relative
+        text = path.read_text()
+        if path.suffix == ".ipynb":
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
+        found += [(relative, line.strip(), secret[line.strip()]) for line in text.splitlines()
+                  if line.strip() in secret]
+    assert not found, found[:5]
+    assert edition_leaks(edition) == []
+    for name in NAMES:  # each release, against its own source with no exemption at all
+        released = edition / "assignments" / name / f"{name}.ipynb"
+        assert leaks(source_notebook(name), released) == [], name
+        assert "BEGIN SOLUTION" not in released.read_text()
+        assert "HIDDEN TESTS" not in released.read_text()
+
+
+def test_every_notebook_opens_on_colab_from_the_edition(edition):
+    for path in sorted(edition.glob("notebooks/*.ipynb")) + \
+            sorted(edition.glob("assignments/*/*.ipynb")):
+        nb = json.loads(path.read_text())
+        badge, setup = colab_header(path, REPO, BRANCH, edition)
+        cells = ["".join(c["source"]) for c in nb["cells"][:2]]
+        assert badge in cells[0] and cells[1] == setup, path
+        assert "github/acme/nlp-students/blob/fall26/" in badge
+        assert "git+https://github.com/acme/nlp-students@fall26" in setup
+        assert all(c.get("outputs", []) == [] for c in nb["cells"])
+        assert "assignments/source" not in path.read_text()
+    pyproject = (edition / "pyproject.toml").read_text()
+    assert 'repository = "https://github.com/acme/nlp-students"' in pyproject
+    assert '"autograder"' in pyproject and '"seqlab"' in pyproject
+    readme = (edition / "README.md").read_text()
+    assert "File → Download" in readme and "colab.research.google.com/github/acme" in readme
+
+
+def test_the_colab_cells_cost_nothing_when_graded(edition):
+    for name in NAMES:
+        edition_nb = read_notebook(edition / "assignments" / name / f"{name}.ipynb")
+        steps = plan(read_notebook(source_notebook(name)), edition_nb)
+        added = [s for s in steps if s.kind == "code" and not s.grade_id]
+        assert len(added) == 1 and "google.colab" in added[0].source
+        compile(skip_shell(added[0].source), "<setup>", "exec")  # the %pip line is skipped
+
+
+RUNNER = textwrap.dedent('''
+    """Run each notebook's code cells in order, as a student would before answering."""
+    import json, re, sys, traceback
+    report = {}
+    for path in sys.argv[1:]:
+        nb = json.load(open(path))
+        ns, cells = {"__name__": "__main__"}, []
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            source = "\\n".join(re.sub(r"^(\\s*)[%!].*", r"\\1pass", line)
+                               for line in source.splitlines())
+            info = cell["metadata"].get("nbgrader", {})
+            kind = "test" if info.get("grade") else "answer" if info.get("solution") else "given"
+            error = None
+            try:
+                exec(compile(source, path, "exec"), ns)
+            except BaseException as exc:
+                error = [type(exc).__name__, str(exc)[:300]]
+            cells.append({"id": info.get("grade_id", cell.get("id")), "kind": kind,
+                          "error": error})
+        report[path] = cells
+    import autograder.checks, seqlab
+    report["modules"] = [autograder.checks.__file__, seqlab.__file__]
+    print(json.dumps(report))
+''')
+
+
+def test_installed_like_colab_the_visible_tests_fail_only_on_the_stubs(edition, tmp_path):
+    """A fresh venv that sees this environment's packages (torch is not downloaded again), the
+    edition installed into it as the Colab cell does, then every released assignment run top
+    to bottom outside the repository: only NotImplementedError from the unanswered stubs."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
+                              "--no-build-isolation", "--no-index", str(edition)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    (tmp_path / "run.py").write_text(RUNNER)
+    copies = []
+    for name in NAMES:
+        copies.append(tmp_path / "work" / f"{name}.ipynb")
+        copies[-1].parent.mkdir(exist_ok=True)
+        shutil.copy(edition / "assignments" / name / f"{name}.ipynb", copies[-1])
+    run = subprocess.run([python, "-I", "run.py", *map(str, copies)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert all(Path(f).resolve().is_relative_to(venv.resolve()) for f in report.pop("modules"))
+    for path, cells in report.items():
+        errors = [(c["id"], c["kind"], *c["error"]) for c in cells if c["error"]]
+        assert all(kind == "test" and ename == "NotImplementedError"
+                   for _, kind, ename, _ in errors), (path, errors)
+        assert errors, f"{path}: no visible test reached a stub"
+
+
+@pytest.mark.parametrize("lecture", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_lectures_point_at_the_released_assignment_never_at_its_source(lecture):
+    """Students have the student edition, where assignments/source does not exist."""
+    text = "\n".join("".join(c["source"]) for c in json.loads(lecture.read_text())["cells"])
+    assert "assignments/source" not in text, (
+        f"{lecture.name} sends students to assignments/source; name "
+        f"assignments/{lecture.stem}/{lecture.stem}.ipynb of the student edition instead")
+    if lecture.stem in NAMES:
+        assert f"assignments/{lecture.stem}/{lecture.stem}.ipynb" in text, lecture.name
+
+
+def test_a_leaking_lecture_is_refused_and_nothing_is_written(tmp_path):
+    root, course = _small_course(tmp_path)
+    lecture = root / "notebooks" / "07_bleu.ipynb"
+    nb = json.loads(lecture.read_text())
+    nb["cells"][-1]["source"].append("\n    return 100 * penalty(c, r) * math.exp(log_mean)\n")
+    lecture.write_text(json.dumps(nb, indent=1))
+    with pytest.raises(EditionLeak, match=r"notebooks/07_bleu\.ipynb holds .*07_bleu"):
+        publish(tmp_path / "out" / "edition", REPO, BRANCH, course, root)
+    assert list((tmp_path / "out").iterdir()) == []  # no edition, no half-built folder
+
+
+def test_a_misspelled_marker_is_refused_and_a_clone_keeps_its_history(tmp_path):
+    root, course = _small_course(tmp_path)
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".git" / "HEAD").write_text("ref: refs/heads/fall26\n")
+    (clone / "old-file.txt").write_text("from last term\n")
+    path = source_notebook("07_bleu", course)
+    path.write_text(path.read_text().replace("### BEGIN HIDDEN TESTS", "### BEGIN HIDEN TESTS",
+                                             1))
+    with pytest.raises(ReleaseLeak, match="secret line"):
+        publish(clone, REPO, BRANCH, course, root)
+    assert sorted(p.name for p in clone.iterdir()) == [".git", "old-file.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    path.write_text(source_notebook("07_bleu").read_text())  # fixed: publish into the clone
+    publish(clone, REPO, BRANCH, course, root)
+    assert (clone / ".git" / "HEAD").read_text() == "ref: refs/heads/fall26\n"
+    assert not (clone / "old-file.txt").exists()
+    assert (clone / "assignments" / "07_bleu" / "07_bleu.ipynb").exists()
+
+
+def test_refuses_to_overwrite_what_is_not_an_edition(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine\n")
+    with pytest.raises(ValueError, match="not empty"):
+        publish(tmp_path / "notes", REPO, BRANCH)
+    with pytest.raises(ValueError, match="instructor's repository"):
+        publish(ROOT, REPO, BRANCH)
+    with pytest.raises(ValueError, match="GitHub address"):
+        publish(tmp_path / "new", "ftp://example.org/x", BRANCH)
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine\n"
+
+
+def _small_course(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository with one lecture and one assignment (07), to keep publishing quick."""
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "07_bleu.ipynb", root / "notebooks")
+    shutil.copytree(ROOT / "lib" / "seqlab", root / "lib" / "seqlab",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
+    course = root / "assignments"
+    (course / "source").mkdir(parents=True)
+    shutil.copy(COURSE / "nbgrader_config.py", course)
+    shutil.copytree(COURSE / "source" / "07_bleu", course / "source" / "07_bleu")
+    return root, course
