@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from .normalize import Step
+from .release import has_visible_code, hidden_lines
 from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
 
 MAX_OUTPUT = 10_000
@@ -59,19 +60,6 @@ def _short(text: str, limit: int = MAX_OUTPUT) -> str:
 def _message(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def hidden_lines(source: str) -> set[int]:
-    """Line numbers (1-based) inside the ``### BEGIN/END HIDDEN TESTS`` blocks of a test cell."""
-    inside, lines = False, set()
-    for number, line in enumerate(source.splitlines(), 1):
-        if line.strip().startswith("### BEGIN HIDDEN TESTS"):
-            inside = True
-        elif line.strip().startswith("### END HIDDEN TESTS"):
-            inside = False
-        elif inside:
-            lines.add(number)
-    return lines
 
 
 def _raised_in(exc: BaseException, filename: str) -> bool:
@@ -223,12 +211,10 @@ class Grading:
         if session.timed_out:
             self.status = "timeout"
         self.trusted.update({k: v for k, v in scope.items() if k in binds})
-        visible = any(line.strip() and not line.lstrip().startswith("#") and n not in hidden
-                      for n, line in enumerate(step.source.splitlines(), 1))
         self.tests.append({"test": step.grade_id, "points": step.points if passed else 0.0,
                            "max_points": step.points, "passed": passed,
                            "message": message[:1000], "hidden_failed": in_hidden,
-                           "visibility": "visible" if visible else "hidden",
+                           "visibility": "visible" if has_visible_code(step.source) else "hidden",
                            "has_hidden": bool(hidden)})
         self.outputs[i] = {"stdout": _short(out.getvalue())}
         if message:
