@@ -167,3 +167,18 @@ def test_pretraining_learns_and_fill_mask_and_fine_tuning_run():
     assert classifier(ids[:3]).shape == (3, 2)
     with pytest.raises(ValueError, match="<mask>"):
         fill_mask(model, vocab, ["a", "b"])
+
+
+def test_an_untrained_bert_starts_near_the_uniform_loss():
+    """Embeddings start small (BERT's N(0, 0.02^2)): through the tied output matrix, torch's
+    default N(0, 1) gave logits spread ~sqrt(d) and a first loss near 20 nats, not log V."""
+    import math
+
+    seed_everything(0)
+    vocab_size = 51
+    model = BertModel(vocab_size, d_model=64, n_heads=4, n_layers=2, max_len=24, dropout=0.0)
+    ids = torch.randint(len(SPECIALS), vocab_size, (64, 10))
+    loss = mlm_loss(model(ids)[0], ids).item()
+    assert abs(loss - math.log(vocab_size)) < 0.3, loss
+    assert model.tokens.weight.std().item() == pytest.approx(0.02, rel=0.2)
+    assert (model.tokens.weight[model.pad_id] == 0).all()

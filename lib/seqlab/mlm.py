@@ -174,6 +174,13 @@ class BertModel(nn.Module):
         self.mlm_dense, self.mlm_ln = nn.Linear(d_model, d_model), nn.LayerNorm(d_model)
         self.mlm_bias = nn.Parameter(torch.zeros(vocab_size))
         self.pooler, self.nsp = nn.Linear(d_model, d_model), nn.Linear(d_model, 2)
+        # BERT draws its embeddings from N(0, 0.02^2). torch's default N(0, 1), read back
+        # through the tied output matrix, starts the MLM with logits spread ~sqrt(d_model)
+        # and a loss far above log V, which costs hundreds of steps to undo.
+        with torch.no_grad():
+            for table in (self.tokens, self.positions, self.segments):
+                table.weight.normal_(0.0, 0.02)
+            self.tokens.weight[pad_id].zero_()
 
     def encode(self, ids: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states [B, T, d] of every position."""
