@@ -169,6 +169,60 @@ def test_pretraining_learns_and_fill_mask_and_fine_tuning_run():
         fill_mask(model, vocab, ["a", "b"])
 
 
+def test_exact_fill_posterior_is_bayes_rule_on_the_toy_language():
+    import math
+
+    import numpy as np
+
+    from seqlab.data import ToyLanguage
+    from seqlab.mlm import exact_fill_posterior
+
+    toy = ToyLanguage()
+    words = toy.vocab
+    # main verb across a relative clause: only singular intransitive verbs fit, equally likely
+    tokens = "the dog that the cats see <mask>".split()
+    post = exact_fill_posterior(toy.logprob, tokens, 6, words)
+    assert post.dtype == np.float64 and math.isclose(post.sum(), 1.0)
+    support = {w for w, p in zip(words, post) if p > 0}
+    assert support == {"sleeps", "runs", "sings", "waits"}
+    assert np.allclose(post[post > 0], 0.25)
+    # by hand: P(w | left, right) = P(left w right) / sum_v P(left v right)
+    tokens = "some birds <mask> today".split()
+    post = exact_fill_posterior(toy.logprob, tokens, 2, words)
+    joint = np.exp([toy.logprob(f"some birds {w} today") for w in words])
+    assert np.allclose(post, joint / joint.sum())
+    # a determiner slot: the noun fixes the number, the adjective's presence the rest
+    post = dict(zip(words, exact_fill_posterior(toy.logprob, "<mask> cat runs".split(), 0,
+                                                 words)))
+    assert {w for w, p in post.items() if p > 0} == {"the", "a", "this"}
+    assert math.isclose(post["the"], 1 / 3)
+    with pytest.raises(ValueError, match="impossible"):
+        exact_fill_posterior(toy.logprob, "runs runs <mask>".split(), 2, words)
+    with pytest.raises(ValueError, match="position"):
+        exact_fill_posterior(toy.logprob, tokens, 4, words)
+
+
+def test_fill_mask_probs_matches_fill_mask_and_batches():
+    from seqlab.mlm import fill_mask_probs
+
+    vocab = Vocab(["a", "b", "c", "d"])
+    model = BertModel(len(vocab), d_model=16, n_heads=2, n_layers=1, max_len=10)
+    model.train()  # fill_mask_probs must evaluate without dropout and restore the mode
+    sentences = [["a", "<mask>", "c"], ["<mask>", "b"], ["d", "d", "d", "<mask>"]]
+    probs = fill_mask_probs(model, vocab, sentences)
+    assert probs.shape == (3, len(vocab)) and model.training
+    assert torch.allclose(probs.sum(1), torch.ones(3))
+    assert (probs[:, : len(SPECIALS)] == 0).all()
+    for row, tokens in zip(probs, sentences):  # padding in the batch changes nothing
+        top = fill_mask(model, vocab, tokens, k=4)[0]
+        for token, p in top:
+            assert row[vocab.stoi[token]].item() == pytest.approx(p, abs=1e-5)
+    with pytest.raises(ValueError, match="exactly one"):
+        fill_mask_probs(model, vocab, [["a", "<mask>", "<mask>"]])
+    with pytest.raises(TypeError, match="token lists"):
+        fill_mask_probs(model, vocab, "a <mask>")
+
+
 def test_an_untrained_bert_starts_near_the_uniform_loss():
     """Embeddings start small (BERT's N(0, 0.02^2)): through the tied output matrix, torch's
     default N(0, 1) gave logits spread ~sqrt(d) and a first loss near 20 nats, not log V."""

@@ -9,13 +9,16 @@ cannot assume that only ``<mask>`` positions matter, which fine-tuning never sho
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data.batching import pad_batch
 from .data.vocab import CLS, MASK, PAD, SEP, SPECIALS, Vocab
 from .train import evaluating
 from .transformer import EncoderLayer, padding_key_mask
@@ -254,6 +257,63 @@ def fill_mask(model: BertModel, vocab: Vocab, tokens: Sequence[str], k: int = 5
         top = probs[i].topk(k)
         out.append([(vocab.itos[j], float(q)) for q, j in zip(top.values, top.indices)])
     return out
+
+
+@torch.no_grad()
+def fill_mask_probs(model: BertModel, vocab: Vocab, sentences: Sequence[Sequence[str]]
+                    ) -> torch.Tensor:
+    """P(token | the rest) at the one ``<mask>`` of each sentence: [N, len(vocab)] on the CPU.
+
+    The batched form of ``fill_mask`` for evaluation: each sentence (words, without
+    <cls>/<sep>) holds exactly one ``<mask>``; special tokens get probability 0.
+    """
+    if isinstance(sentences, str) or not sentences or any(isinstance(s, str) for s in sentences):
+        raise TypeError("sentences must be a non-empty list of token lists, e.g. "
+                        "['the <mask> runs'.split()]")
+    where = []
+    for n, tokens in enumerate(sentences):
+        found = [i for i, t in enumerate(tokens) if t == MASK]
+        if len(found) != 1:
+            raise ValueError(f"sentence {n} must hold exactly one {MASK}, got {list(tokens)}")
+        where.append(found[0] + 1)  # +1: <cls> comes first
+    ids, _ = pad_batch([[vocab.cls_id, *vocab.encode(list(t)), vocab.sep_id] for t in sentences],
+                       vocab.pad_id)
+    device = model.tokens.weight.device
+    with evaluating(model):
+        hidden = model.encode(ids.to(device))
+    rows = hidden[torch.arange(len(where), device=device), torch.tensor(where, device=device)]
+    logits = model.mlm_logits(rows).float()
+    logits[:, _special_ids(vocab).to(device)] = float("-inf")
+    return logits.softmax(-1).cpu()
+
+
+def exact_fill_posterior(logprob: Callable[[str], float], tokens: Sequence[str], position: int,
+                         candidates: Sequence[str]) -> np.ndarray:
+    """The exact answer to a fill-in-the-blank from a model of whole sentences:
+
+        P(w | left, right) = P(left w right) / sum_v P(left v right),
+
+    for every candidate w (a one-word blank at ``tokens[position]``; the word there now is
+    ignored). ``logprob(sentence: str) -> float`` is a natural-log sentence probability, -inf
+    for an impossible sentence, e.g. ``ToyLanguage.logprob``. Returns probabilities aligned
+    with ``candidates``, float64, summing to 1.
+    """
+    if not callable(logprob):
+        raise TypeError(f"logprob must be a function of a sentence, got {type(logprob).__name__}")
+    tokens = list(tokens)
+    if isinstance(position, bool) or not isinstance(position, int) or \
+            not 0 <= position < len(tokens):
+        raise ValueError(f"position must be an int in [0, {len(tokens)}), got {position!r}")
+    if isinstance(candidates, str) or not candidates:
+        raise ValueError("candidates must be a non-empty list of words")
+    scores = np.array([logprob(" ".join([*tokens[:position], w, *tokens[position + 1:]]))
+                       for w in candidates], dtype=np.float64)
+    top = scores.max()
+    if top == -math.inf:
+        raise ValueError(f"no candidate makes {' '.join(tokens)!r} possible at position "
+                         f"{position}: the context itself is impossible")
+    weights = np.exp(scores - top)
+    return weights / weights.sum()
 
 
 class BertClassifier(nn.Module):
