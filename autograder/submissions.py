@@ -191,9 +191,9 @@ def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
     if not path.exists():
         raise ValueError(f"submissions path {path} does not exist")
     if path.is_file():
-        if not zipfile.is_zipfile(path):
+        if not zipfile.is_zipfile(path) and path.suffix.lower() != ".zip":
             raise ValueError(f"submissions path {path} is a file but not a zip; pass the LMS "
-                             "export (.zip) or a folder")
+                             "export (.zip) or a folder")  # a truncated .zip: _extract says so
         path = _extract(path, scratch / "unzipped")
     students = _students(path)
     if not students:
