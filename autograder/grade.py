@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -274,7 +275,8 @@ def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
                              initargs=(str(sandbox.support), limits, unsafe,
                                        sandbox.withheld)) as pool:
         started = time.perf_counter()
-        futures = {pool.submit(_grade_one, steps, f"{os.getpid()}-{i}",
+        run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # sandbox names unique across runs
+        futures = {pool.submit(_grade_one, steps, f"{run_id}-{i}",
                                str(out / "scratch" / student)): (sub, student, steps)
                    for i, (sub, student, steps) in enumerate(jobs)}
         for future in as_completed(futures):

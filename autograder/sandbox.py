@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,54 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     except OSError:
         pass
     return {}
+
+
+def _limit_memory(folder: Path, limit: int, unified: bool) -> None:
+    """Cap memory, swap included, at ``limit`` bytes.
+
+    cgroup v1 refuses (EINVAL) a memory limit above the memory+swap limit and a memory+swap
+    limit below the memory limit, so the order of the two writes depends on which way the
+    folder's current values move; writing the one that fails second makes both hold.
+    """
+    if unified:
+        (folder / "memory.max").write_text(str(limit))
+        swap = folder / "memory.swap.max"
+        if swap.exists():
+            swap.write_text("0")
+        return
+    memory, swap = folder / "memory.limit_in_bytes", folder / "memory.memsw.limit_in_bytes"
+    if not swap.exists():  # the host has no swap accounting
+        memory.write_text(str(limit))
+        return
+    try:
+        memory.write_text(str(limit))
+    except OSError:  # memsw (lower, from an earlier run) must move first
+        swap.write_text(str(limit))
+        memory.write_text(str(limit))
+    else:
+        swap.write_text(str(limit))
+
+
+def _empty_and_remove(folder: Path, wait: float = 5.0) -> None:
+    """Kill what is left in a cgroup and remove it; killed processes leave it a moment later."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            pids = (folder / "cgroup.procs").read_text().split()
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            folder.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
 
 COLAB_STAND_IN = '''"""Stand-in for google.colab while a notebook is graded: nothing to mount."""
@@ -246,18 +295,9 @@ class Sandbox:
     def start(self, name: str, scratch: Path) -> tuple[subprocess.Popen, dict[str, Path]]:
         """Start the runner for one submission; its stdin/stdout are the protocol pipes."""
         groups = _cgroup_dirs(name) if self.cgroups else {}
-        limit = str(self.limits.memory_mb * 2**20)
         for controller, folder in groups.items():
             if controller in ("memory", "unified"):
-                (folder / ("memory.max" if controller == "unified" else
-                           "memory.limit_in_bytes")).write_text(limit)
-                swap = folder / ("memory.swap.max" if controller == "unified" else
-                                 "memory.memsw.limit_in_bytes")
-                if swap.exists():
-                    try:
-                        swap.write_text("0" if controller == "unified" else limit)
-                    except OSError:
-                        pass
+                _limit_memory(folder, self.limits.memory_mb * 2**20, controller == "unified")
             if controller in ("pids", "unified"):
                 (folder / "pids.max").write_text(str(self.limits.max_procs))
         # join the cgroups before exec, so every process the sandbox ever forks is counted
@@ -299,13 +339,5 @@ class Sandbox:
                     out_of_memory = int(events[events.index("oom_kill") + 1]) > 0
             except (OSError, ValueError):
                 pass
-            for pid in (folder / "cgroup.procs").read_text().split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+            _empty_and_remove(folder)
         return out_of_memory

@@ -136,3 +136,21 @@ def test_a_grader_failure_on_one_student_costs_only_that_row(tmp_path, monkeypat
     assert rows["bob"]["status"] == "error" and "gradebook locked" in rows["bob"]["message"]
     assert rows["bob"]["score"] == 18  # the grade itself is kept in grades.csv
     assert (tmp_path / "out" / "grades.csv").read_text().count("\n") == 4
+
+
+def test_grading_twice_in_one_process_with_other_limits(tmp_path):
+    """A second run may raise the memory cap above the first one's; with cgroup v1 the order of
+    the two memory writes matters (the kernel refuses one above the other), and sandboxes of
+    the two runs must not share a cgroup."""
+    from autograder.sandbox import Limits, sandbox_problem
+
+    if sandbox_problem():
+        pytest.skip(f"needs bubblewrap: {sandbox_problem()}")
+    B = "04_attention"
+    subs = tmp_path / "subs" / "s1"
+    subs.mkdir(parents=True)
+    (subs / f"{B}.ipynb").write_text(source_notebook(B).read_text())
+    for run, memory_mb in enumerate((1024, 3072)):
+        rows = grade(B, subs.parent, tmp_path / f"out{run}", log=lambda *a: None,
+                     limits=Limits(timeout_cell=30, timeout_notebook=150, memory_mb=memory_mb))
+        assert [(r["status"], r["score"]) for r in rows] == [("graded", 11.0)], rows
