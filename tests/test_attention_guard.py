@@ -116,7 +116,6 @@ CHEATS = {  # student -> (sdpa answer, what the failed test's message must say)
     "removes_monitor": (REMOVES, "the fused-attention monitor was disabled during your function"),
     "reinstalls_monitor": (REINSTALLS, "the fused-attention monitor was disabled during your "
                                        "function"),
-    "lazy_result": (LAZY, "Pair calls scaled_dot_product_attention"),
 }
 
 
@@ -134,7 +133,8 @@ def graded(tmp_path_factory):
         pytest.skip(f"needs bubblewrap: {sandbox_problem()}")
     tmp = tmp_path_factory.mktemp("attention")
     subs, out = tmp / "subs", tmp / "out"
-    for student, sdpa in [("honest", None), *((s, c[0]) for s, c in CHEATS.items())]:
+    for student, sdpa in [("honest", None), ("lazy_result", LAZY),
+                          *((s, c[0]) for s, c in CHEATS.items())]:
         (subs / student).mkdir(parents=True)
         (subs / student / f"{A}.ipynb").write_text(json.dumps(submission(sdpa)))
     rows = grade(A, subs, out, limits=LIMITS, workers=2, log=lambda *a: None)
@@ -159,6 +159,16 @@ def test_each_cheat_loses_exactly_the_graded_attention_test(graded, student):
     failed = [t for t in feedback(out, student) if not t["passed"]]
     assert [t["test"] for t in failed] == ["test_sdpa_random"], failed
     assert CHEATS[student][1] in failed[0]["message"], failed[0]["message"]
+
+
+def test_a_result_computed_after_the_call_is_refused_as_not_a_tuple(graded):
+    """An object that runs fused attention only when unpacked, outside the watched call, is not
+    the tuple the spec asks for: both attention tests refuse it before unpacking it."""
+    rows, out = graded
+    assert (rows["lazy_result"]["status"], rows["lazy_result"]["score"]) == ("graded", FULL - 4)
+    failed = {t["test"]: t["message"] for t in feedback(out, "lazy_result") if not t["passed"]}
+    assert sorted(failed) == ["test_sdpa_random", "test_sdpa_visible"], failed
+    assert all("should return a tuple (output, weights), got Pair" in m for m in failed.values())
 
 
 def q4() -> torch.Tensor:
