@@ -321,18 +321,27 @@ def skip_shell(source):
     return "\n".join(lines)
 
 
-def limit(memory_mb, max_procs):
-    """Limits that hold even without cgroups (they cannot be raised again by student code)."""
-    settings = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
+def limit(memory_mb, max_procs) -> list[str]:
+    """Limits that hold even without cgroups (they cannot be raised again by student code).
+
+    Returns the names of the limits that took effect: a host may refuse one (an address-space
+    cap below what is mapped already; no per-user process cap for root, who is exempt from it),
+    and the grader reports only what holds.
+    """
+    settings = [("core dumps", resource.RLIMIT_CORE, 0),
+                ("file size", resource.RLIMIT_FSIZE, 256 * 2**20)]
     if memory_mb:
-        settings.append((resource.RLIMIT_AS, memory_mb * 2**20))
+        settings.append(("memory", resource.RLIMIT_AS, memory_mb * 2**20))
     if max_procs and os.getuid() != 0:
-        settings.append((resource.RLIMIT_NPROC, max_procs))
-    for what, value in settings:
+        settings.append(("processes", resource.RLIMIT_NPROC, max_procs))
+    enforced = []
+    for name, what, value in settings:
         try:
             resource.setrlimit(what, (value, value))
+            enforced.append(name)
         except (ValueError, OSError):
             pass
+    return enforced
 
 
 def private_checks():

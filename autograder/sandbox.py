@@ -18,6 +18,7 @@ says which.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -92,6 +93,22 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     except OSError:
         pass
     return {}
+
+
+def _rlimits_that_hold(limits: Limits) -> list[str]:
+    """The names of the rlimits ``runner.limit`` manages to set here, tried in a child process
+    (setting them in the grader itself would cap the grader)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util, json, sys; "
+         "spec = importlib.util.spec_from_file_location('runner', sys.argv[1]); "
+         "runner = importlib.util.module_from_spec(spec); spec.loader.exec_module(runner); "
+         "print(json.dumps(runner.limit(int(sys.argv[2]), int(sys.argv[3]))))",
+         str(RUNNER), str(limits.memory_mb), str(limits.max_procs)],
+        capture_output=True, text=True)
+    try:
+        return json.loads(probe.stdout)
+    except ValueError:
+        return []
 
 
 def _limit_memory(folder: Path, limit: int, unified: bool) -> None:
@@ -192,12 +209,23 @@ class Sandbox:
 
     @property
     def limits_in_force(self) -> str:
-        how = "cgroup" if self.cgroups else "rlimit (address space; processes of the user)"
+        """What holds for every sandbox, in words: only caps that are enforced are named."""
+        if self.cgroups:
+            caps = (f"memory {self.limits.memory_mb} MB and {self.limits.max_procs} processes "
+                    "via cgroup")
+        else:
+            held = _rlimits_that_hold(self.limits)
+            named = [f"memory {self.limits.memory_mb} MB (address-space rlimit)"
+                     if "memory" in held else
+                     "memory NOT capped (no cgroup, and the address-space rlimit was refused)",
+                     f"{self.limits.max_procs} processes (per-user rlimit)"
+                     if "processes" in held else
+                     "processes NOT capped (no cgroup; the per-user rlimit does not bind root)"]
+            caps = " and ".join(named)
         box = ("NO SANDBOX (--unsafe-no-sandbox): student code can read and write anything "
                "this user can" if self.unsafe else
                "bubblewrap: no network, read-only whitelist, own scratch tmpfs")
-        return (f"{box}; memory {self.limits.memory_mb} MB and {self.limits.max_procs} "
-                f"processes via {how}; {self.limits.timeout_cell:g} s per cell, "
+        return (f"{box}; {caps}; {self.limits.timeout_cell:g} s per cell, "
                 f"{self.limits.timeout_notebook:g} s per notebook")
 
     def _write_support(self) -> None:

@@ -451,7 +451,10 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path):
     student = read_notebook(submitted)
     sandbox = Sandbox(tmp_path / "support", LIMITS)
     sandbox.cgroups = False
-    assert "rlimit" in sandbox.limits_in_force
+    held = sandbox.limits_in_force
+    assert f"memory {LIMITS.memory_mb} MB (address-space rlimit)" in held, held
+    # root is exempt from the per-user process cap: then the grader must not claim one
+    assert ("processes NOT capped" in held) == (os.getuid() == 0), held
     result = Grading(plan(master, student), sandbox, "rlimit", tmp_path / "scratch").run()
     assert result["status"] == "graded"
     assert "MemoryError" in result["message"]
