@@ -18,11 +18,13 @@ from seqlab.attention import (
 from seqlab.data import Vocab
 from seqlab.data.toy import ToyTranslation
 from seqlab.seq2seq import (
+    LENGTH_BUCKETS,
     AttentionDecoder,
     Decoder,
     Encoder,
     Seq2Seq,
     curriculum_batches,
+    length_experiment,
     seq2seq_batch,
     seq2seq_loss,
     translate,
@@ -184,3 +186,14 @@ def test_greedy_stops_at_eos_and_learns_to_copy():
     out, attention = model.greedy(src, lengths, max_len=3)
     assert all(len(o) <= 3 and tv.eos_id not in o for o in out)
     assert attention.shape[0] == 4 and attention.shape[2] == src.shape[1]
+
+
+def test_length_experiment_trains_both_models_on_the_same_steps():
+    result = length_experiment(steps=12, embed_dim=8, hidden_dim=16, n_test=20,
+                                       progress=False)
+    assert [len(result.histories[a].step_loss) for a in (True, False)] == [12, 12]
+    assert all(list(curve) == list(LENGTH_BUCKETS) for curve in result.curves.values())
+    assert result.drops == {a: c["3-10"] - c["31-45"] for a, c in result.curves.items()}
+    assert [result.models[a].decoder.uses_attention for a in (True, False)] == [True, False]
+    with pytest.raises(ValueError, match="steps must be an int >= 1, got 0"):
+        length_experiment(steps=0, embed_dim=8, hidden_dim=16, n_test=20)

@@ -13,10 +13,6 @@ from seqlab.course import NOTEBOOKS, run_notebook
 from seqlab.data import data_home
 
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
-# Lecture 04's FAST experiment sits on the edge of the step where attention switches on, and
-# with two threads it falls off on some CPUs. Until its redesign lands (far from the edge, the
-# same steps for both models), CI runs it with one thread, the setting it was measured at.
-PINNED_TO_ONE_THREAD = {"04_attention.ipynb"}
 
 
 def test_there_are_notebooks():
@@ -57,8 +53,6 @@ def corpus_cache(monkeypatch):
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_runs_in_fast_mode(path, tmp_path, notebook_times, corpus_cache, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    if path.name in PINNED_TO_ONE_THREAD:
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
     seconds = run_notebook(path, Path("out"))  # a relative folder, as `make course` passes
     notebook_times[path.name] = seconds
     assert (tmp_path / "out" / path.name).exists()
