@@ -13,7 +13,6 @@ import ast
 import builtins
 import contextlib
 import io
-import random
 import re
 import time
 from pathlib import Path
@@ -21,17 +20,16 @@ from pathlib import Path
 from .normalize import Step
 from .release import has_visible_code, hidden_lines
 from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
+from .runner import seed_all
 
 MAX_OUTPUT = 10_000
 
 
 def _seed(seed: int) -> None:
-    import numpy as np
-    import torch
+    import numpy  # noqa: F401  imported first, so that seed_all seeds them
+    import torch  # noqa: F401
 
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    seed_all(seed)
 
 
 def _names(code: str) -> tuple[set[str], set[str]]:

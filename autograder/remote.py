@@ -25,13 +25,14 @@ import time
 import types
 from collections import Counter, OrderedDict
 
+from .runner import NUMERIC
+
 TEST_MODULE = "__grader_tests__"
 MAX_FRAME = 64 * 2**20
 START_SECONDS = 60.0
 GRACE_SECONDS = 5.0  # after a soft timeout inside the sandbox, before the hard kill
 DICTS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict, "defaultdict": dict}
-DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
-          "complex64", "complex128"}
+DTYPES = NUMERIC  # what the runner sends is what the grader accepts: one table
 
 
 class SandboxGone(Exception):

@@ -180,17 +180,7 @@ class Runner:
 
     # --- requests --------------------------------------------------------------------------
     def seed(self, seed):
-        random.seed(seed)
-        for name, fn in (("numpy", "random.seed"), ("torch", "manual_seed")):
-            module = sys.modules.get(name)
-            if module is not None:
-                try:
-                    target = module
-                    for part in fn.split("."):
-                        target = getattr(target, part)
-                    target(seed)
-                except Exception:
-                    pass
+        seed_all(seed)
 
     def timed(self, seconds, fn):
         def expire(signum, frame):
@@ -319,6 +309,22 @@ def skip_shell(source):
             line = f"{match.group(1)}print({note!r})"
         lines.append(line)
     return "\n".join(lines)
+
+
+def seed_all(seed):
+    """Seed ``random``, and numpy and torch where they are imported. The grader seeds its own
+    test cells with this too, so both sides of the sandbox line draw the same numbers."""
+    random.seed(seed)
+    for name, fn in (("numpy", "random.seed"), ("torch", "manual_seed")):
+        module = sys.modules.get(name)
+        if module is not None:
+            try:
+                target = module
+                for part in fn.split("."):
+                    target = getattr(target, part)
+                target(seed)
+            except Exception:
+                pass
 
 
 def limit(memory_mb, max_procs) -> list[str]:
