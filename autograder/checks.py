@@ -409,7 +409,7 @@ def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwar
     calls = [_call_name(c) for c in forbidden_calls]
     remote = sys.modules.get("autograder.remote")
     if remote is not None and isinstance(fn, remote.StudentObject):
-        return fn._session.call(fn, args, kwargs, monitor=(list(forbidden), calls))
+        return remote.call_watched(fn, args, kwargs, (list(forbidden), calls))
     guard = attention_guard() if not _FUSED.isdisjoint(calls) else None
     with watch(forbidden, calls, guard, getattr(fn, "__name__", "your function")):
         return fn(*args, **kwargs)

@@ -180,8 +180,7 @@ class Grading:
                                      f"{ename}: {evalue[:200]}.")
 
     def _test(self, session: Session, i: int, step: Step, seconds: float) -> None:
-        session.deadline = time.monotonic() + seconds
-        session.timed_out = False
+        session.begin_test_cell(seconds)
         missing, binds = _names(step.source)
         scope = dict(self.trusted)
         for name in sorted(missing - set(scope) - set(dir(builtins))):

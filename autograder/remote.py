@@ -25,7 +25,7 @@ import time
 import types
 from collections import Counter, OrderedDict
 
-from .runner import NUMERIC
+from .runner import NUMERIC, REQUESTS
 
 TEST_MODULE = "__grader_tests__"
 MAX_FRAME = 64 * 2**20
@@ -41,6 +41,12 @@ class SandboxGone(Exception):
     def __init__(self, reason: str, timed_out: bool = False):
         super().__init__(reason)
         self.reason, self.timed_out = reason, timed_out
+
+
+def call_watched(target: StudentObject, args, kwargs, monitor):
+    """Call a student's function in the sandbox with ``monitor`` = (forbidden packages,
+    forbidden calls) watched there (what ``checks.own_work`` asks for a graded answer)."""
+    return target._session.call(target, args, kwargs, monitor=monitor)
 
 
 class ProtocolError(Exception):
@@ -186,6 +192,8 @@ class Session:
     # --- requests -----------------------------------------------------------------------
     def request(self, message, seconds: float) -> dict:
         """Send one request; serve callbacks until its answer arrives (or the time is up)."""
+        if message[0] not in REQUESTS:
+            raise ValueError(f"unknown request {message[0]!r}: expected one of {sorted(REQUESTS)}")
         if self.closed:
             raise SandboxGone("the kernel is no longer running")
         deadline = time.monotonic() + seconds + GRACE_SECONDS
@@ -244,8 +252,13 @@ class Session:
         payload = self._pickle(arg) if op == "getitem" else arg
         return self._result(self.request((op, target._key, payload, seconds), seconds))
 
+    def begin_test_cell(self, seconds: float) -> None:
+        """Start the time budget of one test cell: every request it makes shares ``seconds``."""
+        self.deadline = time.monotonic() + seconds
+        self.timed_out = False
+
     def budget(self) -> float:
-        """Seconds left for the current test cell (set by the executor)."""
+        """Seconds left for the current test cell (see ``begin_test_cell``)."""
         return max(0.1, self.deadline - time.monotonic())
 
     def _result(self, reply: dict):

@@ -25,6 +25,17 @@ import sys
 import traceback
 import types
 
+# Every request the grader may send, (op, *arguments); the runner refuses any other. Replies are
+# dicts: {"op": "ran" | "value" | "raise" | "callback" | "ready", ...}.
+REQUESTS = {
+    "run": "(source, seed, seconds): execute a notebook cell",
+    "get": "(name,): the value of a global name of the notebook",
+    "call": "(handle, pickled (args, kwargs), monitor, seed, seconds): call a student object",
+    "getattr": "(handle, name, seconds): an attribute of a student object",
+    "getitem": "(handle, pickled key, seconds): an item of a student object",
+    "len": "(handle, None, seconds): len() of a student object",
+    "iter": "(handle, None, seconds): the items of a student object, as a list",
+}
 MAX_TEXT = 20_000  # characters of output kept per cell or call
 NUMERIC = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
            "complex64", "complex128"}
@@ -275,13 +286,12 @@ class Runner:
                 message = self.channel.recv()
             except EOFError:
                 return
-            op = message[0]
-            if op == "run":
-                reply = self.run(*message[1:])
-            elif op == "get":
-                reply = self.get(message[1])
-            elif op == "call":
-                reply = self.call(*message[1:])
+            op = message[0] if isinstance(message, tuple) and message else None
+            if op not in REQUESTS:
+                reply = {"op": "raise", "ename": "ValueError",
+                         "evalue": f"unknown request {op!r}: expected one of {sorted(REQUESTS)}"}
+            elif op in ("run", "get", "call"):
+                reply = getattr(self, op)(*message[1:])
             else:
                 reply = self.inspect(*message)
             try:
