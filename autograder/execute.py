@@ -14,12 +14,14 @@ import builtins
 import contextlib
 import io
 import re
+import shutil
 import time
 from pathlib import Path
 
 from .normalize import Step
-from .release import has_visible_code, hidden_lines
+from .release import hidden_lines
 from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
+from .results import Result, Status, TestResult, test_result
 from .runner import seed_all
 
 MAX_OUTPUT = 10_000
@@ -95,6 +97,15 @@ def _failed_in_hidden(exc: BaseException, filename: str, hidden: set[int]) -> bo
     return line in hidden
 
 
+def grade_steps(steps: list[Step], sandbox, name: str, scratch: Path) -> Result:
+    """Grade one planned submission (``normalize.plan``) in a sandbox of its own named ``name``;
+    ``scratch`` is its working folder, removed afterwards. Every way of grading calls this."""
+    try:
+        return Grading(steps, sandbox, name, Path(scratch)).run()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 class Grading:
     """Runs a plan; collects per-cell outputs and per-test results."""
 
@@ -103,11 +114,11 @@ class Grading:
         self.limits = sandbox.limits
         self.trusted = {"__name__": TEST_MODULE, "__builtins__": builtins}
         self.outputs: list[dict] = [{} for _ in steps]
-        self.tests: list[dict] = []
+        self.tests: list[TestResult] = []
         self.problems: list[str] = []
-        self.status = "graded"
+        self.status = Status.GRADED
 
-    def run(self) -> dict:
+    def run(self) -> Result:
         start = time.monotonic()
         stop, session, i = "", None, 0
         try:
@@ -115,7 +126,7 @@ class Grading:
             for i, step in enumerate(self.steps):
                 left = self.limits.timeout_notebook - (time.monotonic() - start)
                 if left <= 0:
-                    self.status = "timeout"
+                    self.status = Status.TIMEOUT
                     stop = (f"the notebook ran past its total time limit of "
                             f"{self.limits.timeout_notebook:g} s; later tests were not run")
                     break
@@ -125,12 +136,12 @@ class Grading:
                 elif step.kind == "test":
                     self._test(session, i, step, seconds)
         except SandboxGone as gone:
-            self.status = "timeout" if gone.timed_out else "crashed"
+            self.status = Status.TIMEOUT if gone.timed_out else Status.CRASHED
             where = self._where(i)
             stop = f"{where} {gone.reason}; tests that finished keep their points, later ones " \
                    "score 0"
         except ProtocolError as err:
-            self.status = "crashed"
+            self.status = Status.CRASHED
             stop = f"the notebook broke the grader's connection to it ({err}); tests that " \
                    "finished keep their points, later ones score 0"
         finally:
@@ -140,9 +151,8 @@ class Grading:
         for step in self.steps:
             if step.kind == "test" and step.grade_id not in done:
                 done.add(step.grade_id)
-                self.tests.append({"test": step.grade_id, "points": 0.0,
-                                   "max_points": step.points, "passed": False,
-                                   "message": "not run: " + (stop or "the grading stopped")})
+                self.tests.append(test_result(step.grade_id, step.points, False, "not run: " + (
+                    stop or "the grading stopped"), step.source))
         order = {s.grade_id: k for k, s in enumerate(self.steps) if s.kind == "test"}
         self.tests.sort(key=lambda t: order[t["test"]])
         if stop:
@@ -169,7 +179,7 @@ class Grading:
             ename, evalue = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))[:500]
             self.outputs[i]["error"] = (ename, evalue)
             if ename == "CellTimeout":
-                self.status = "timeout"
+                self.status = Status.TIMEOUT
                 self.problems.append(f"cell {i + 1} ran past the {seconds:g} s limit and was "
                                      "stopped (an infinite loop?).")
             elif ename == "SystemExit":
@@ -206,13 +216,10 @@ class Grading:
             if in_hidden:
                 message = f"the visible tests passed, a hidden check failed: {message}"
         if session.timed_out:
-            self.status = "timeout"
+            self.status = Status.TIMEOUT
         self.trusted.update({k: v for k, v in scope.items() if k in binds})
-        self.tests.append({"test": step.grade_id, "points": step.points if passed else 0.0,
-                           "max_points": step.points, "passed": passed,
-                           "message": message[:1000], "hidden_failed": in_hidden,
-                           "visibility": "visible" if has_visible_code(step.source) else "hidden",
-                           "has_hidden": bool(hidden)})
+        self.tests.append(test_result(step.grade_id, step.points, passed, message, step.source,
+                                      hidden_failed=in_hidden))
         self.outputs[i] = {"stdout": _short(out.getvalue())}
         if message:
             self.outputs[i]["error"] = (message.split(":")[0], message)

@@ -28,6 +28,7 @@ from .course import COURSE, check_assignment, generate, source_notebook, working
 from .feedback import write_feedback
 from .late import LatePolicy, load_timestamps
 from .normalize import Step, master_step, plan, read_notebook, withheld
+from .results import Result, Status
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
 
@@ -41,13 +42,10 @@ def _start_worker(support: str, limits: Limits, unsafe: bool, withhold: tuple[st
     _sandbox = Sandbox(Path(support), limits, unsafe, write=False, withhold=withhold)
 
 
-def _grade_one(steps: list[Step], name: str, scratch: str) -> dict:
-    from .execute import Grading
+def _grade_one(steps: list[Step], name: str, scratch: str) -> Result:
+    from .execute import grade_steps
 
-    try:
-        return Grading(steps, _sandbox, name, Path(scratch)).run()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return grade_steps(steps, _sandbox, name, Path(scratch))
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -138,7 +136,7 @@ class _Run:
 
     def row(self, sub, student: str, **fields) -> dict:
         return {"student_id": student, "name": sub.name, "assignment": self.assignment,
-                "score": 0.0, "max_score": self.max_score, "status": "graded",
+                "score": 0.0, "max_score": self.max_score, "status": Status.GRADED,
                 "message": sub.note, **fields}
 
     def all_rows(self) -> list[dict]:
@@ -149,7 +147,7 @@ class _Run:
                      key=lambda s: rank.get(s, len(rank)))
         return [self.rows.get(s) or self.previous[s] for s in self.order + new]
 
-    def finish(self, sub, student: str, steps, result: dict | None,
+    def finish(self, sub, student: str, steps, result: Result | None,
                row: dict, seconds: float) -> None:
         tests = result["tests"] if result else []
         if result:
@@ -163,8 +161,9 @@ class _Run:
             try:
                 self._record(sub, student, steps, result, when, off)
             except Exception as err:  # keep the row; say the gradebook copy is missing
-                row.update(status="error", message=f"{message} (not recorded in the gradebook: "
-                           f"{type(err).__name__}: {str(err)[:200]}; please report)".strip())
+                row.update(status=Status.ERROR, message=(
+                    f"{message} (not recorded in the gradebook: {type(err).__name__}: "
+                    f"{str(err)[:200]}; please report)").strip())
         self.rows[student] = row
         write_feedback(self.out / "feedback" / student, row, tests)
         _write_csv(self.out / "grades.csv", self.all_rows())
@@ -257,7 +256,7 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
                 problem = str(err)
         if problem:
             run.finish(sub, sub.student_id, None, None,
-                       run.row(sub, sub.student_id, status="ungradable",
+                       run.row(sub, sub.student_id, status=Status.UNGRADABLE,
                                message=" ".join(m for m in (sub.note, problem) if m)), 0.0)
         else:
             jobs.append((sub, sub.student_id, steps))
@@ -284,7 +283,7 @@ def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
             try:
                 result, row = future.result(), run.row(sub, student)
             except Exception as err:  # a grader failure on one student must not stop the rest
-                result, row = None, run.row(sub, student, status="error", message=(
+                result, row = None, run.row(sub, student, status=Status.ERROR, message=(
                     f"grading failed ({type(err).__name__}: {str(err)[:200]}); please report"))
             run.finish(sub, student, steps, result, row, time.perf_counter() - started)
     shutil.rmtree(out / "scratch", ignore_errors=True)

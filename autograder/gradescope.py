@@ -19,6 +19,7 @@ from pathlib import Path
 from .course import COURSE, check_assignment, source_notebook
 from .normalize import master_step, plan, read_notebook, withheld
 from .release import has_visible_code
+from .results import gradescope_tests
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import choose_notebook, student_files
 
@@ -86,7 +87,7 @@ def _results(score: float, output: str, tests: list[dict]) -> dict:
 def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
         limits: Limits | None = None) -> dict:
     """Grade one Gradescope submission folder; always write ``results``, even on failure."""
-    from .execute import Grading
+    from .execute import grade_steps
 
     results = Path(results)
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -109,13 +110,9 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
             with tempfile.TemporaryDirectory() as tmp:
                 sandbox = Sandbox(Path(tmp) / "support", limits or Limits(),
                                   withhold=withheld(master))
-                result = Grading(steps, sandbox, f"gradescope-{os.getpid()}",
-                                 Path(tmp) / "scratch").run()
-            visibility = {t["name"]: t["visibility"] for t in zero}
-            tests = [{"name": t["test"], "score": t["points"], "max_score": t["max_points"],
-                      "output": "passed" if t["passed"] else t["message"],
-                      "visibility": visibility.get(t["test"], "visible")}
-                     for t in result["tests"]]
+                result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}",
+                                     Path(tmp) / "scratch")
+            tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})
             report = _results(sum(t["score"] for t in tests),
                               f"{result['status']}. {result['message']}".strip(), tests)
     except Exception as err:  # never leave Gradescope without a results.json

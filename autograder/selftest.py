@@ -35,6 +35,7 @@ from .course import COURSE, assignments, source_notebook
 from .execute import _names
 from .grade import grade
 from .release import release
+from .results import Status
 
 
 def defined_names(source: str) -> set[str]:
@@ -110,10 +111,10 @@ def selftest(assignment: str, course: Path = COURSE, log=print, independence: bo
         results = {student: json.loads((tmp / "out" / "feedback" / student / "feedback.json")
                                        .read_text())["tests"] for student in rows}
     solution, untouched = rows["solution"], rows["untouched"]
-    if solution["status"] != "graded" or solution["score"] != solution["max_score"]:
+    if solution["status"] != Status.GRADED or solution["score"] != solution["max_score"]:
         failures.append(f"{assignment}: the solution scored {solution['score']:g}/"
                         f"{solution['max_score']:g} ({solution['status']} {solution['message']})")
-    if untouched["status"] != "graded" or untouched["score"] != 0:
+    if untouched["status"] != Status.GRADED or untouched["score"] != 0:
         failures.append(f"{assignment}: the untouched release scored {untouched['score']:g} "
                         f"({untouched['status']} {untouched['message']})")
     for answer, info in answers.items():
@@ -133,7 +134,7 @@ def _independent(assignment: str, answer: str, info: dict, row: dict, tests: lis
     names = ", ".join(sorted(info["names"]))
     where = f"{assignment}: with the answer {answer} ({names}) stubbed"
     failures = []
-    if row["status"] != "graded":
+    if row["status"] != Status.GRADED:
         failures.append(f"{where}, grading ended {row['status']}: {row['message'][:300]}")
     for test in sorted(set(lost) - info["tests"]):
         failures.append(f"{where}, {test} lost its points although it uses none of these "
