@@ -257,3 +257,16 @@ def test_gradient_norms_through_time_match_autograd_on_torch_modules():
     assert norms[-1] == pytest.approx((model.out.weight.T @ y).norm().item(), rel=1e-9)
     with pytest.raises(ValueError, match="at least 2"):
         hidden_gradient_norms(model, [1])
+
+
+def test_gradient_norms_that_vanish_below_float32s_range_are_still_measured():
+    """A float32 model whose gradient shrinks past 1e-45 (float32's smallest number): the norms
+    are computed in float64, so the far end reads as tiny, not as exactly 0."""
+    from seqlab.rnn import hidden_gradient_norms
+
+    torch.manual_seed(0)
+    model = RNNLanguageModel(7, 4, 6, cell="rnn")
+    with torch.no_grad():
+        model.rnn.weight_hh_l0.mul_(0.3)
+    norms = hidden_gradient_norms(model, [1 + t % 6 for t in range(80)])
+    assert (norms > 0).all() and norms[0] < 1e-60 < norms[-1]

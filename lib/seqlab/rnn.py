@@ -428,7 +428,9 @@ def hidden_gradient_norms(model: RNNLanguageModel, ids: list[int]) -> np.ndarray
     """||dJ_T / dh_t|| for t = 1..T: how strongly the loss at the last step reaches back to
     each earlier hidden state. Entry t is at distance T - t from the loss.
 
-    The trained weights are copied into our step-by-step cells so every h_t can be kept.
+    The trained weights are copied into our step-by-step cells so every h_t can be kept. The
+    computation runs in float64: a vanishing gradient falls below float32's smallest number
+    (about 1e-45) within a few dozen steps and would read as exactly 0.
     """
     if model.rnn.num_layers != 1:
         raise ValueError("hidden_gradient_norms needs a one-layer model")
@@ -436,17 +438,17 @@ def hidden_gradient_norms(model: RNNLanguageModel, ids: list[int]) -> np.ndarray
         raise ValueError(f"ids must hold at least 2 tokens, got {len(ids)}")
     device = next(model.parameters()).device
     unrolled = StackedRNN(model.cell, model.rnn.input_size, model.rnn.hidden_size)
-    unrolled.to(device=device, dtype=model.embed.weight.dtype)
+    unrolled.to(device=device, dtype=torch.float64)
     unrolled.load_torch(model.rnn)
     cell = unrolled.cells[0]
-    x = model.embed(torch.tensor([ids[:-1]], device=device))
+    x = model.embed(torch.tensor([ids[:-1]], device=device)).detach().double()
     state, hidden = None, []
     for t in range(x.shape[1]):
         state = cell(x[:, t], state)
         h = state[0] if isinstance(state, tuple) else state
         h.retain_grad()
         hidden.append(h)
-    loss = nn.functional.cross_entropy(model.out(hidden[-1]), torch.tensor([ids[-1]],
-                                                                           device=device))
+    logits = nn.functional.linear(hidden[-1], model.out.weight.double(), model.out.bias.double())
+    loss = nn.functional.cross_entropy(logits, torch.tensor([ids[-1]], device=device))
     loss.backward()
     return np.array([h.grad.norm().item() for h in hidden])
