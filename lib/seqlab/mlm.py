@@ -122,8 +122,9 @@ def nsp_pairs(documents: Sequence[Sequence[Sequence[int]]], seed: int = 0
     """Next-sentence-prediction examples (A, B, label) from documents (lists of segments).
 
     For every segment A that has a successor: half the time B is that successor (label 1 =
-    "is next"), half the time a segment of another document (label 0). BERT's data script uses
-    this convention; d2l's uses the opposite labels, so say which when you compare.
+    "is next"), half the time a segment of another document (label 0). d2l uses this
+    convention; BERT's data script and Hugging Face use the opposite (0 = "is next"), so say
+    which when you compare.
     """
     if sum(1 for d in documents if d) < 2:
         raise ValueError("nsp_pairs needs at least two non-empty documents")
