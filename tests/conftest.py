@@ -65,4 +65,4 @@ def pytest_terminal_summary(terminalreporter):
     if _NOTEBOOK_TIMES:
         terminalreporter.section("notebook FAST times (goal: 00_setup < 30 s, lectures < 90 s)")
         for name, seconds in sorted(_NOTEBOOK_TIMES.items()):
-            terminalreporter.write_line(f"{name:40s} {seconds:6.1f} s")
+            terminalreporter.write_line(f"{name:48s} {seconds:6.1f} s")
