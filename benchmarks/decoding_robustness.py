@@ -17,17 +17,12 @@ has when it is called.
 
 from __future__ import annotations
 
-import argparse
-import json
 import operator
-import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from notebook_sweep import print_held, run_notebook, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "06_decoding.ipynb"
@@ -52,31 +47,6 @@ CHECKS = (
     ("contrastive unique sentences", "<", 0.1),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-
-
-def run_notebook(seed: int, threads: int, out: Path, notebook: Path = NOTEBOOK) -> dict:
-    """Execute the notebook once (in this process); return its records and how it ended."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    nb = nbformat.read(notebook, as_version=4)
-    params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells[params].source += f"\nSEED = {seed}"
-    nb.cells.insert(params + 1, nbformat.v4.new_code_cell(
-        f"import torch\ntorch.set_num_threads({threads})"))
-    os.environ.update(SEQLAB_FAST="1", SEQLAB_NOTEBOOK=notebook.stem, SEQLAB_RESULTS=str(out))
-    start, error = time.perf_counter(), None
-    try:
-        NotebookClient(nb, timeout=1800, kernel_name="python3",
-                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
-    except CellExecutionError as err:  # name the failing line, not just the exception
-        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
-        where = [line.strip() for line in lines if line.lstrip().startswith("---->")]
-        error = " | ".join([*where[-1:], lines[-1]])[:300]
-    records = out / f"{notebook.stem}.json"
-    return {"seed": seed, "threads": threads, "seconds": time.perf_counter() - start,
-            "error": error, "records": json.loads(records.read_text()) if records.exists() else {}}
 
 
 def margins(run: dict) -> dict[str, float]:
@@ -124,48 +94,13 @@ def lecture06(seed: int) -> dict[str, float]:
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        return margins(run_notebook(seed, torch.get_num_threads(), Path(tmp)))
+        return margins(run_notebook(NOTEBOOK, seed, torch.get_num_threads(), Path(tmp)))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--jobs", type=int, default=2, help="notebooks run at once")
-    parser.add_argument("--notebook", type=Path, default=NOTEBOOK)
-    parser.add_argument("--out", type=Path, help="keep each run's records here")
-    parser.add_argument("--one", type=int, nargs=2, metavar=("SEED", "THREADS"),
-                        help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run_notebook(*args.one, Path(tmp), args.notebook.resolve())))
+    runs = sweep(__file__, NOTEBOOK, description=__doc__.splitlines()[0])
+    if runs is None:
         return 0
-    # Idle OpenMP threads sleep instead of spinning: on a shared machine spinning threads make
-    # multi-threaded runs crawl; the arithmetic, and so every number, stays the same.
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-
-    def spawn(job):
-        seed, threads = job
-        done = subprocess.run([sys.executable, __file__, "--one", str(seed), str(threads),
-                               "--notebook", str(args.notebook)],
-                              capture_output=True, text=True, check=False, env=env)
-        lines = done.stdout.strip().splitlines()
-        if done.returncode or not lines:
-            run = {"seed": seed, "threads": threads, "seconds": 0.0, "records": {},
-                   "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-        else:
-            run = json.loads(lines[-1])
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"seed{seed}_threads{threads}.json").write_text(json.dumps(run))
-        status = "all conclusions held" if run["error"] is None else f"FAILED: {run['error']}"
-        print(f"seed {seed}, {threads} threads: {run['seconds']:.0f} s, {status}", flush=True)
-        return run
-
-    jobs = [(s, t) for t in args.threads for s in args.seeds]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(spawn, jobs))
     table = [margins(run) for run in runs]
     width = max(len(key) for key, _, _ in CHECKS)
     print(f"\n{'quantity':{width}s}  " + " ".join(f"s{r['seed']}/t{r['threads']}".rjust(7)
@@ -179,8 +114,7 @@ def main() -> int:
         holds = all(OPS[op](v, threshold) for v in values)
         print(f"  {key:{width}s} worst {worst:8.3f}  vs {op} {threshold:g}: "
               f"{'holds' if holds else 'FAILS'}, margin {abs(worst - threshold):.3f}")
-    failed = sum(run["error"] is not None for run in runs)
-    print(f"\n{len(runs) - failed} of {len(runs)} runs held every conclusion of the notebook")
+    print_held(runs)
     return 0
 
 

@@ -1,7 +1,12 @@
-"""A scripted HTTP server for download tests: good, missing, truncated and slow files."""
+"""Test helpers: a scripted HTTP server for download tests (good, missing, truncated and slow
+files) and a fresh virtual environment like a Colab runtime."""
 
+import subprocess
+import sys
+import sysconfig
 import time
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 BODY = b"To be, or not to be, that is the question.\n" * 200
 
@@ -36,3 +41,18 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def fresh_venv(folder: Path) -> Path:
+    """A fresh venv that sees this environment's packages (torch is not downloaded again), as a
+    Colab runtime has them preinstalled, but not the course library."""
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([python, "-I", "-c", "import seqlab"], capture_output=True, text=True)
+    assert probe.returncode != 0, "the fresh environment already sees the course library"
+    return venv

@@ -15,11 +15,10 @@ an import unresolved.
 import json
 import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import fresh_venv
 
 from autograder.course import assignments
 from autograder.publish import publish
@@ -69,30 +68,16 @@ print(json.dumps({"calls": calls, "seqlab": seqlab.__file__, "torch": torch.__fi
 '''
 
 
-def _fresh_venv(folder: Path) -> Path:
-    """A fresh venv over this environment's packages, without the course library."""
-    venv = folder / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
-                               check=True).stdout.strip())
-    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = subprocess.run([python, "-I", "-c", "import seqlab"], capture_output=True, text=True)
-    assert probe.returncode != 0, "the fresh environment already sees the course library"
-    return venv
-
-
 @pytest.fixture(scope="module")
 def colab_venv(tmp_path_factory):
-    return _fresh_venv(tmp_path_factory.mktemp("colab"))
+    return fresh_venv(tmp_path_factory.mktemp("colab"))
 
 
 @pytest.fixture(scope="module")
 def edition_venv(tmp_path_factory):
     """A second fresh venv, and the student edition it installs in place of its repository."""
     folder = tmp_path_factory.mktemp("colab-edition")
-    return _fresh_venv(folder), publish(folder / "edition")
+    return fresh_venv(folder), publish(folder / "edition")
 
 
 def _run_like_colab(venv: Path, notebook: Path, checkout: Path, tmp_path: Path) -> dict:

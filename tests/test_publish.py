@@ -5,13 +5,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import fresh_venv
 
 from autograder.course import COURSE, assignments, source_notebook
 from autograder.normalize import plan, read_notebook
@@ -145,13 +144,8 @@ def test_installed_like_colab_the_visible_tests_fail_only_on_the_stubs(edition, 
     """A fresh venv that sees this environment's packages (torch is not downloaded again), the
     edition installed into it as the Colab cell does, then every released assignment run top
     to bottom outside the repository: only NotImplementedError from the unanswered stubs."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv = fresh_venv(tmp_path)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
-                               check=True).stdout.strip())
-    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
                               "--no-build-isolation", "--no-index", str(edition)],

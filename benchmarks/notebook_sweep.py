@@ -1,0 +1,117 @@
+"""Run one lecture notebook over seeds and torch thread counts (shared by the *_robustness.py
+scripts that check a whole notebook's conclusions).
+
+Each run executes the notebook in FAST mode in a fresh process, with ``SEED = s`` added to its
+parameters cell and ``torch.set_num_threads(n)`` after it. Every cell runs even after a failed
+assertion, so one run reports every conclusion that did not hold (cell and line). Idle OpenMP
+threads sleep (``OMP_WAIT_POLICY=PASSIVE``): on a shared machine spinning threads make
+multi-threaded runs crawl; the arithmetic, and so every number, stays the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def run_notebook(notebook: Path, seed: int, threads: int, out: Path) -> dict:
+    """Execute ``notebook`` once in this process; return its records and what failed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells[params].source += f"\nSEED = {seed}"
+    nb.cells.insert(params + 1, nbformat.v4.new_code_cell(
+        f"import torch\ntorch.set_num_threads({threads})"))
+    os.environ.update(SEQLAB_FAST="1", SEQLAB_NOTEBOOK=notebook.stem, SEQLAB_RESULTS=str(out),
+                      OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=3600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    failures = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
+                failed = [t for line in lines for t in line.splitlines()
+                          if t.lstrip().startswith("--->")]
+                failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel, once it has exited
+    records = out / f"{notebook.stem}.json"
+    return {"seed": seed, "threads": threads, "seconds": time.perf_counter() - start,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "error": " | ".join(failures)[:600] or None,
+            "records": json.loads(records.read_text()) if records.exists() else {}}
+
+
+def sweep(script: str, notebook: Path, argv=None, description: str = "") -> list[dict] | None:
+    """The command line of a robustness script: ``--seeds``, ``--threads``, ``--jobs``,
+    ``--notebook``, ``--out``. Returns every run (printed as it finishes), or None when this
+    process was one run (``--one``, what each worker is)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--jobs", type=int, default=2, help="notebooks run at once")
+    parser.add_argument("--notebook", type=Path, default=notebook)
+    parser.add_argument("--out", type=Path, help="keep each run's records here")
+    parser.add_argument("--one", type=int, nargs=2, metavar=("SEED", "THREADS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(run_notebook(args.notebook.resolve(), *args.one, Path(tmp))))
+        return None
+
+    def spawn(job):
+        seed, threads = job
+        done = subprocess.run([sys.executable, script, "--one", str(seed), str(threads),
+                               "--notebook", str(args.notebook)],
+                              capture_output=True, text=True, check=False)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode or not lines:
+            run = {"seed": seed, "threads": threads, "seconds": 0.0, "cpu_seconds": 0.0,
+                   "records": {},
+                   "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+        else:
+            run = json.loads(lines[-1])
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"seed{seed}_threads{threads}.json").write_text(json.dumps(run))
+        status = "all conclusions held" if run["error"] is None else f"FAILED: {run['error']}"
+        print(f"seed {seed}, {threads} threads: {run['seconds']:.0f} s wall, "
+              f"{run['cpu_seconds']:.0f} s CPU, {status}", flush=True)
+        return run
+
+    jobs = [(s, t) for t in args.threads for s in args.seeds]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        return list(pool.map(spawn, jobs))
+
+
+def print_spread(runs: list[dict], headline) -> None:
+    """Each headline number's spread over the runs, then how many runs held everything."""
+    tables = [headline(run["records"]) for run in runs]
+    keys = list(dict.fromkeys(k for t in tables for k in t))
+    width = max([60, *map(len, keys)])
+    print(f"\n{'headline (over ' + str(len(runs)) + ' runs)':{width}s} spread (min .. max)")
+    for key in keys:
+        values = [t[key] for t in tables if key in t]
+        if all(isinstance(v, (int, float)) for v in values):
+            print(f"{key:{width}s} {min(values):.3f} .. {max(values):.3f}")
+        else:
+            print(f"{key:{width}s} {'  '.join(sorted(set(map(str, values))))}")
+    print_held(runs)
+
+
+def print_held(runs: list[dict]) -> None:
+    failed = sum(run["error"] is not None for run in runs)
+    print(f"\n{len(runs) - failed} of {len(runs)} runs held every conclusion")
