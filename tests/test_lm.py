@@ -168,9 +168,29 @@ def test_estimated_discounts():
     )
     n1 = sum(c == 1 for c in trigrams.values())
     n2 = sum(c == 2 for c in trigrams.values())
-    assert lm._discounts[3] == pytest.approx(n1 / (n1 + 2 * n2))
+    assert lm._discounts[3] == pytest.approx((n1 / (n1 + 2 * n2),) * 3)
     for h in [(), ("w1", "w2"), ("never", "seen")]:
         assert sum(lm.prob(w, h) for w in lm.vocab) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_modified_kneser_ney_discounts_and_normalisation():
+    """Chen & Goodman: Y = n1/(n1 + 2 n2), d_k = k - (k+1) Y n_{k+1}/n_k for k = 1, 2, 3+."""
+    corpus = random_corpus(3, n_sent=200)
+    lm = NGramLM(3, "kneser-ney", discount="modified").fit(corpus)
+    trigrams = Counter(
+        tuple(p[i : i + 3]) for s in corpus for p in [["<bos>", "<bos>", *s, "<eos>"]]
+        for i in range(len(p) - 2)
+    )
+    n = [sum(c == k for c in trigrams.values()) for k in range(5)]
+    y = n[1] / (n[1] + 2 * n[2])
+    assert lm._discounts[3] == pytest.approx(
+        (1 - 2 * y * n[2] / n[1], 2 - 3 * y * n[3] / n[2], 3 - 4 * y * n[4] / n[3]))
+    assert lm._discounts[3][0] < lm._discounts[3][1] < lm._discounts[3][2]
+    for h in [(), ("w1", "w2"), ("w3",), ("never", "seen")]:
+        assert sum(lm.prob(w, h) for w in lm.vocab) == pytest.approx(1.0, abs=1e-12)
+        assert lm.distribution(h) == pytest.approx([lm.prob(w, h) for w in lm.vocab], rel=1e-12)
+    with pytest.raises(ValueError, match="'modified'"):
+        NGramLM(2, "kneser-ney", discount="modifed")
 
 
 def test_interpolation_weights():

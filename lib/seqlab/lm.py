@@ -24,6 +24,7 @@ from .data.vocab import BOS, BOS_ID, EOS, EOS_ID, UNK
 from .train import evaluating, token_mean
 
 SMOOTHINGS = ("mle", "add-k", "interpolated", "kneser-ney")
+DISCOUNTS = ("auto", "modified")  # estimated from the counts of counts
 
 
 def perplexity(log_probs) -> float:
@@ -81,6 +82,8 @@ class NGramLM:
       every order, continuation counts N1+(. h w) below the top order, a uniform floor.
       ``discount="auto"`` estimates one discount per order as n1 / (n1 + 2 n2) from the counts
       of counts (Ney, Essen & Kneser 1994), which suits small corpora better than 0.75.
+      ``discount="modified"`` is modified Kneser-Ney (Chen & Goodman 1998, what KenLM and SRILM
+      use): three discounts per order, for n-grams seen once, twice and three or more times.
 
     ``vocab`` is what the model predicts: every training word, ``<unk>`` and ``<eos>`` (not
     ``<bos>``).
@@ -104,8 +107,11 @@ class NGramLM:
             raise ValueError(f"smoothing must be one of {SMOOTHINGS}, got {smoothing!r}")
         if not isinstance(k, (int, float)) or k < 0:
             raise ValueError(f"k must be a number >= 0, got {k!r}")
-        if discount != "auto" and (not isinstance(discount, (int, float)) or not 0 < discount <= 1):
-            raise ValueError(f"discount must be in (0, 1] or 'auto', got {discount!r}")
+        if discount not in DISCOUNTS and (
+            isinstance(discount, bool) or not isinstance(discount, (int, float))
+            or not 0 < discount <= 1
+        ):
+            raise ValueError(f"discount must be in (0, 1], 'auto' or 'modified', got {discount!r}")
         if lambdas is None:
             lambdas = [0.7] * (n - 1) + [0.99]
         if len(lambdas) != n or any(not 0 <= lam <= 1 for lam in lambdas):
@@ -144,17 +150,29 @@ class NGramLM:
             tables[m] = lower
         self._tables = {m: dict(t) for m, t in tables.items()}
         self._totals = {m: {h: sum(c.values()) for h, c in t.items()} for m, t in tables.items()}
-        self._discounts = {m: self._estimate_discount(t) if self.discount == "auto"
-                           else float(self.discount) for m, t in tables.items()}
+        # discounts[m] = (d1, d2, d3+): what an n-gram seen once, twice, 3+ times gives up
+        self._discounts = {m: self._estimate_discounts(t) for m, t in tables.items()}
+        self._freed = {  # Kneser-Ney: the mass each history passes to the lower order, times c(h)
+            m: {h: sum(self._discount(m, c) for c in nexts.values()) for h, nexts in t.items()}
+            for m, t in self._tables.items()
+        } if self.smoothing == "kneser-ney" else {}
         self._fitted = True
         return self
 
-    @staticmethod
-    def _estimate_discount(table: dict) -> float:
-        """n1 / (n1 + 2 n2): n1, n2 = how many n-grams occur exactly once, twice."""
+    def _estimate_discounts(self, table: dict) -> tuple[float, float, float]:
+        """One discount, or three for modified KN, from n_k = how many n-grams occur k times:
+        Y = n1 / (n1 + 2 n2), and d_k = k - (k + 1) Y n_{k+1} / n_k for modified KN."""
+        if self.discount not in DISCOUNTS:
+            return (float(self.discount),) * 3
         freq = Counter(c for nexts in table.values() for c in nexts.values())
-        n1, n2 = freq.get(1, 0), freq.get(2, 0)
-        return n1 / (n1 + 2 * n2) if n1 > 0 else 0.5
+        n = [freq.get(k, 0) for k in range(5)]
+        y = n[1] / (n[1] + 2 * n[2]) if n[1] > 0 else 0.5
+        if self.discount == "auto" or not all(n[1:5]):
+            return (y,) * 3
+        return tuple(min(max(k - (k + 1) * y * n[k + 1] / n[k], 0.0), k) for k in (1, 2, 3))
+
+    def _discount(self, m: int, count: int) -> float:
+        return self._discounts[m][min(count, 3) - 1]
 
     # ------------------------------------------------------------------ probabilities
     def _require_fit(self):
@@ -175,7 +193,7 @@ class NGramLM:
             return None, 0, 0.0, 1.0
         total = self._totals[m][history]
         if self.smoothing == "kneser-ney":
-            return counts, total, None, self._discounts[m] * len(counts) / total
+            return counts, total, None, self._freed[m][history] / total
         lam = self.lambdas[self.n - m]
         return counts, total, lam, 1.0 - lam
 
@@ -200,7 +218,7 @@ class NGramLM:
             if counts is None:
                 continue
             c = counts.get(word, 0)
-            top = max(c - self._discounts[m], 0.0) if lam is None else lam * c
+            top = max(c - self._discount(m, c), 0.0) if lam is None else lam * c
             p = top / total + backoff * p
         return p
 
@@ -225,7 +243,11 @@ class NGramLM:
             p *= backoff
             ids = np.fromiter((index[w] for w in counts), dtype=np.int64, count=len(counts))
             c = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-            top = np.maximum(c - self._discounts[m], 0.0) if lam is None else lam * c
+            if lam is None:
+                d = np.asarray(self._discounts[m])[np.minimum(c, 3).astype(np.int64) - 1]
+                top = np.maximum(c - d, 0.0)
+            else:
+                top = lam * c
             p[ids] += top / total
         return p
 
