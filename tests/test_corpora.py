@@ -122,3 +122,19 @@ def test_tatoeba_through_the_verified_archive(shared_file, monkeypatch, tmp_path
     assert load_parallel("tatoeba-fra-eng", "valid") == load_parallel(
         "tatoeba-fra-eng", "valid", path=src
     )
+
+
+def test_bundled_tinyshakespeare_is_the_canonical_file(shared_file):
+    """The package's copy unpacks to the very file the download verifies (same bytes)."""
+    src = shared_file("tinyshakespeare/input.txt")
+    assert load_corpus("tinyshakespeare", "train")[0] == "First Citizen:"
+    assert cache_path(corpora.TINYSHAKESPEARE, data_home()).read_bytes() == src.read_bytes()
+
+
+def test_bundled_tatoeba_sample_is_split_like_the_download():
+    splits = {s: load_parallel("tatoeba-fra-eng-small", s) for s in ("train", "valid", "test")}
+    total = sum(map(len, splits.values()))
+    assert total == 18065 and len(splits["valid"]) == int(0.05 * total)
+    every = parse_tatoeba(cache_path(corpora.TATOEBA_SMALL, data_home()).read_text("utf-8"))
+    assert sorted(p for pairs in splits.values() for p in pairs) == sorted(every)  # a partition
+    assert all(e and f for e, f in every)

@@ -2,11 +2,12 @@
 
 import hashlib
 import time
+from dataclasses import replace
 
 import pytest
 from helpers import BODY, Handler
 
-from seqlab.data import ChecksumError, DownloadError, RemoteFile, ensure
+from seqlab.data import ChecksumError, DownloadError, RemoteFile, corpora, ensure
 from seqlab.data.download import cache_path
 
 DIGEST = "sha256:" + hashlib.sha256(BODY).hexdigest()
@@ -76,5 +77,20 @@ def test_sha1_digests_are_supported(server, tmp_path):
 def test_bad_remote_specs():
     with pytest.raises(ValueError, match="digest"):
         remote("http://x", digest="md5:abc")
-    with pytest.raises(ValueError, match="url"):
+    with pytest.raises(ValueError, match="a url or a bundled copy"):
         RemoteFile("demo", "demo.txt", DIGEST, ())
+
+
+def test_bundled_copy_needs_no_network(closed_port, tmp_path):
+    """The package's own copy is unpacked and verified like a download, without a connection."""
+    for shipped in (corpora.TINYSHAKESPEARE, corpora.TATOEBA_SMALL):
+        offline = replace(shipped, urls=(f"{closed_port}/nothing.txt",))
+        path = ensure(offline, root=tmp_path)
+        assert path == cache_path(offline, tmp_path) and path.stat().st_size > 500_000
+        assert not [p for p in path.parent.iterdir() if p.name.endswith(".part")]
+
+
+def test_bundled_copy_with_the_wrong_checksum_falls_through_to_the_urls(server, tmp_path):
+    wrong = replace(corpora.TINYSHAKESPEARE, dataset="demo", filename="demo.txt", digest=DIGEST,
+                    urls=(f"{server}/ok.txt",))
+    assert ensure(wrong, root=tmp_path).read_bytes() == BODY  # the bundled bytes differ

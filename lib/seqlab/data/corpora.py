@@ -28,6 +28,7 @@ TINYSHAKESPEARE = RemoteFile(
         f"{_JSD}/karpathy/char-rnn@master/data/tinyshakespeare/input.txt",
     ),
     homepage="https://github.com/karpathy/char-rnn",
+    bundled="tinyshakespeare.txt.gz",
 )
 
 _WT2 = "pytorch/examples/main/word_language_model/data/wikitext-2"
@@ -74,9 +75,18 @@ TATOEBA = RemoteFile(
     homepage="https://www.manythings.org/anki/ (any fra-eng export works with path=...)",
 )
 _TATOEBA_MEMBER = "fra-eng/fra.txt"
+# 18,065 short pairs of an older manythings.org export, shipped so FAST mode has real pairs offline
+TATOEBA_SMALL = RemoteFile(
+    "tatoeba-fra-eng-small",
+    "fra.txt",
+    "sha256:c52ae3c5a2f6b3c96d985aad8e2f1aab814c6701cfa9face467989069624bcaa",
+    (),
+    homepage="https://www.manythings.org/anki/",
+    bundled="tatoeba-fra-eng-small.txt.gz",
+)
 
 CORPORA = ("toy-lm", "tinyshakespeare", "wikitext-2")
-PARALLEL = ("toy-mt", "tatoeba-fra-eng")
+PARALLEL = ("toy-mt", "tatoeba-fra-eng", "tatoeba-fra-eng-small")
 _TOY_SIZES = {"train": 20000, "valid": 2000, "test": 2000}
 _TOY_SEEDS = {"train": 0, "valid": 1, "test": 2}
 
@@ -132,9 +142,10 @@ def load_corpus(name: str, split: str = "train", path: str | Path | None = None)
     """Sentences or lines of a monolingual corpus.
 
     ``name``: ``"toy-lm"`` (``ToyLanguage`` samples), ``"tinyshakespeare"`` (non-empty lines,
-    contiguous 90/5/5 split) or ``"wikitext-2"`` (non-empty lines of the official split, already
-    tokenized with ``<unk>``). ``path`` reads your own copy of the file (for WikiText-2: of that
-    split) instead of the verified download; it is not checksummed.
+    contiguous 90/5/5 split; the package ships it, so it needs no network) or ``"wikitext-2"``
+    (non-empty lines of the official split, already tokenized with ``<unk>``; a download).
+    ``path`` reads your own copy of the file (for WikiText-2: of that split) instead of the
+    verified one; it is not checksummed.
     """
     _check(name, split, CORPORA, "corpus")
     if name == "toy-lm":
@@ -156,9 +167,11 @@ def load_parallel(
     """(source, target) sentence pairs.
 
     ``name``: ``"toy-mt"`` (``ToyTranslation`` pairs with their canonical reference; use
-    ``ToyTranslation().sample`` for all references and alignments) or ``"tatoeba-fra-eng"``
-    (English -> French, fixed-seed shuffle then 90/5/5). ``path`` reads your own export
-    (``fra.txt``, two or three columns) instead of the verified download.
+    ``ToyTranslation().sample`` for all references and alignments), ``"tatoeba-fra-eng"``
+    (English -> French, fixed-seed shuffle then 90/5/5; a download) or
+    ``"tatoeba-fra-eng-small"`` (18,065 short pairs the package ships, split the same way).
+    ``path`` reads your own export (``fra.txt``, two or three columns) instead of the verified
+    copy.
     """
     _check(name, split, PARALLEL, "parallel corpus")
     if name == "toy-mt":
@@ -166,6 +179,8 @@ def load_parallel(
         return [(p.source, p.references[0]) for p in pairs]
     if path is not None:
         text = Path(path).read_text(encoding="utf-8")
+    elif name == "tatoeba-fra-eng-small":
+        text = ensure(TATOEBA_SMALL).read_text(encoding="utf-8")
     else:
         text = _read_member(ensure(TATOEBA), _TATOEBA_MEMBER)
     return _shuffled(parse_tatoeba(text), split)
