@@ -15,7 +15,7 @@ Wall-clock seconds depend on the machine's load; on a shared machine compare the
 one run of this script. Child processes get ``OMP_WAIT_POLICY=PASSIVE`` unless it is set: with
 torch's default (spinning) wait, runs with 2 or 4 threads on a busy 2-core machine were 15-100
 times slower per operation; the wait policy changes no number, only how idle threads wait.
-Tiny Shakespeare is used when it is in the data cache (``SEQLAB_DATA``), else the toy fallback.
+Section 9 trains on Tiny Shakespeare, which ships with the library.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import SHARED_DATA
 
 from seqlab.course import NOTEBOOKS, run_notebook
-from seqlab.data import data_home
 
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
@@ -36,25 +33,11 @@ def test_committed_clean_with_the_course_header(path):
     assert "seqlab.fast_mode()" in params.source  # FAST unless a GPU; SEQLAB_FAST overrides
 
 
-@pytest.fixture
-def corpus_cache(monkeypatch):
-    """Give the lectures the real corpora this machine has, so they run on real text in CI
-    (through the verified cache, or a user's own file); without them they use toy data."""
-    for relative in ("tinyshakespeare/input.txt",):
-        if (SHARED_DATA / relative).exists():
-            target = data_home() / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(SHARED_DATA / relative, target)
-    tatoeba = SHARED_DATA / "tatoeba-fra-eng" / "fra.txt"
-    if tatoeba.exists():
-        monkeypatch.setenv("SEQLAB_TATOEBA_FILE", str(tatoeba))
-
-
 # Each lecture runs with torch's default thread count and with one thread: floating-point
 # rounding changes with the thread count, and a headline must not depend on it.
 @pytest.mark.parametrize("threads", ["default", "1"], ids=lambda t: f"threads={t}")
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
-def test_runs_in_fast_mode(path, threads, tmp_path, notebook_times, corpus_cache, monkeypatch):
+def test_runs_in_fast_mode(path, threads, tmp_path, notebook_times, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if threads == "default":
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
