@@ -1,0 +1,49 @@
+"""Do lecture 01's conclusions hold for every seed and thread count? (printed, never asserted)
+
+Runs ``notebooks/01_language_models.ipynb`` in FAST mode for each seed and torch thread count (the
+parameters cell gets ``SEED = s``, a cell after it ``torch.set_num_threads(n)``). The n-gram
+results on Tiny Shakespeare are counts, the same in every run; what a seed can move is the
+feed-forward LM, which the notebook asserts beats every n-gram model on the toy language while
+staying above the true model. A run that finishes held every assertion; a failing run names the
+cell. Then prints the headline numbers and their margins over the runs (min .. max).
+
+    python benchmarks/language_models_robustness.py [--seeds 0 1 2 3 4] [--threads 1 2 4]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from notebook_sweep import print_spread, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "01_language_models.ipynb"
+
+
+def headline(records: dict) -> dict[str, float]:
+    """The numbers the lecture's conclusions rest on, and their margins."""
+    out = {f"Tiny Shakespeare {order} perplexity (modified KN)": records[f"perplexity_{order}"]
+           for order in ("unigram", "bigram", "trigram") if f"perplexity_{order}" in records}
+    for words, ratio in records.get("trigram_over_bigram_by_training_words", []):
+        out[f"trigram / bigram with {words:,} words"] = ratio
+    ngram, ffn = records.get("toy_ngram_perplexity"), records.get("toy_feedforward_perplexity")
+    if ngram and ffn:
+        out["toy: best n-gram - feed-forward perplexity (asserted > 0)"] = min(ngram.values()) - ffn
+        out["toy: feed-forward - true model perplexity (asserted > 0)"] = \
+            ffn - records["toy_true_perplexity"]
+    for model in ("trigram", "neural"):
+        if f"toy_grammatical_samples_{model}" in records:
+            out[f"toy: grammatical samples, {model}"] = records[f"toy_grammatical_samples_{model}"]
+    return out
+
+
+def main() -> int:
+    runs = sweep(__file__, NOTEBOOK, description=__doc__.splitlines()[0])
+    if runs is not None:
+        print_spread(runs, headline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
