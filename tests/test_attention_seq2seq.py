@@ -197,3 +197,39 @@ def test_length_experiment_trains_both_models_on_the_same_steps():
     assert [result.models[a].decoder.uses_attention for a in (True, False)] == [True, False]
     with pytest.raises(ValueError, match="steps must be an int >= 1, got 0"):
         length_experiment(steps=0, embed_dim=8, hidden_dim=16, n_test=20)
+
+
+def test_one_mistake_changes_one_gold_word_into_the_models_own_guess():
+    """The mistaken input differs from the gold input at exactly one position k per sentence
+    (1 <= k < n), holds the likeliest word other than the gold one there, and the losses are the
+    mean negative log-probabilities of the gold words from position k on."""
+    from seqlab.seq2seq import build_model, one_mistake
+
+    torch.manual_seed(0)
+    pairs = [([3, 4, 5], [4, 5, 6, 7]), ([5, 6], [6, 7, 8]), ([4, 4, 5, 6], [5, 9])]
+    batch = seq2seq_batch(pairs, bos_id=1, eos_id=2)
+    model = build_model(10, 10, bos_id=1, eos_id=2, attention=False)
+    seen = []
+    forward = model.forward
+    model.forward = lambda src, lengths, tgt_in: seen.append(tgt_in) or forward(src, lengths,
+                                                                               tgt_in)
+    out = one_mistake(model, batch, seed=3)
+    gold, mistaken = seen
+    assert torch.equal(gold, batch[2])
+    diff = (gold != mistaken).nonzero().tolist()
+    assert [row for row, _ in diff] == [0, 1, 2]
+    log_probs = forward(*batch[:3]).log_softmax(-1)
+    nll, after = [], []
+    for row, k in diff:
+        n = len(pairs[row][1])
+        assert 1 <= k < n
+        guess = log_probs[row, k - 1].clone()
+        guess[gold[row, k]] = -torch.inf
+        assert mistaken[row, k] == guess.argmax()
+        nll.append(-log_probs[row, k, batch[3][row, k]])
+        after += [-log_probs[row, t, batch[3][row, t]] for t in range(k, n + 1)]
+    assert out["next word, clean"] == pytest.approx(torch.stack(nll).mean().item(), rel=1e-5)
+    assert out["all later words, clean"] == pytest.approx(torch.stack(after).mean().item(),
+                                                          rel=1e-5)
+    with pytest.raises(ValueError, match="at least 2 words"):
+        one_mistake(model, seq2seq_batch([([3], [4])], 1, 2))

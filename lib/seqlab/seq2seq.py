@@ -25,7 +25,7 @@ from .data import Vocab, pad_batch
 from .data.toy import ToyTranslation
 from .rnn import batch_first_state, layer_first_state
 from .seeding import seed_everything
-from .train import History, fit, lr_schedule, token_mean
+from .train import History, evaluating, fit, lr_schedule, token_mean
 
 _RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -217,6 +217,41 @@ def seq2seq_loss(model: Seq2Seq, batch, teacher_forcing: float = 1.0) -> torch.T
     logits = model(src, src_lengths, tgt_in, teacher_forcing)
     return nn.functional.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
                                        ignore_index=model.pad_id)
+
+
+def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
+    """Exposure bias, measured on words the gold sentence still gets right.
+
+    In every sentence one target position k (not the last) is drawn, and the decoder reads,
+    instead of the gold word y_k, the word it finds likeliest after the gold prefix other than
+    y_k: a mistake it would make itself, and one teacher forcing never showed it. The rest of the
+    input stays gold, so the gold words after the mistake remain the right targets. Returns the
+    mean loss (nats) of the word right after position k and of all words after it, with the gold
+    input (``clean``) and with the mistake; the difference is what one own mistake costs.
+    """
+    src, src_lengths, tgt_in, tgt_out = batch
+    lengths = (tgt_out != model.pad_id).sum(1)  # words + <eos>
+    if bool((lengths < 3).any()):
+        raise ValueError("every target needs at least 2 words for one_mistake")
+    g = torch.Generator().manual_seed(seed)
+    k = (torch.rand(len(lengths), generator=g) * (lengths - 2).cpu()).long().to(lengths.device) + 1
+    rows = torch.arange(len(lengths), device=lengths.device)
+    with evaluating(model), torch.no_grad():
+        clean = model(src, src_lengths, tgt_in).float().log_softmax(-1)
+        guess = clean[rows, k - 1].clone()  # the prediction of y_k from the gold prefix
+        guess[rows, tgt_in[rows, k]] = -torch.inf
+        mistaken = tgt_in.clone()
+        mistaken[rows, k] = guess.argmax(-1)
+        wrong = model(src, src_lengths, mistaken).float().log_softmax(-1)
+    positions = torch.arange(tgt_out.shape[1], device=tgt_out.device)[None]
+    after = (positions >= k[:, None]) & (tgt_out != model.pad_id)
+    right_after = positions == k[:, None]
+    out = {}
+    for name, log_probs in (("clean", clean), ("mistake", wrong)):
+        nll = -log_probs.gather(2, tgt_out[..., None])[..., 0]
+        out[f"next word, {name}"] = nll[right_after].mean().item()
+        out[f"all later words, {name}"] = nll[after].mean().item()
+    return out
 
 
 def curriculum_batches(pairs_ids, batch_size: int, steps: int, start_len: int, end_len: int,
