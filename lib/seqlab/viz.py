@@ -1,7 +1,8 @@
-"""Plots the lectures share: loss curves, labelled heatmaps, probability bar charts.
+"""Plots the lectures share: loss curves, labelled heatmaps, probability bar charts, and
+box-and-arrow diagrams (an unrolled RNN, an encoder-decoder, attention over a source).
 
 Each function draws on ``ax`` (a new figure when None) and returns the Axes, so a notebook can
-add to it. Every plot gets a title and labelled axes.
+add to it. Every plot gets a title and labelled axes; a diagram gets a title and no axes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 
 def _axes(ax, figsize):
@@ -150,4 +152,178 @@ def search_tree(nodes, ax=None, title: str = "Search tree", highlight: Sequence[
     ax.set(title=title, xlabel="output position t (tokens generated)",
            ylabel="candidates (more probable higher)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8)
+    return ax
+
+
+# ---------------------------------------------------------------------- diagrams
+# Boxes and arrows in data units on an equal-aspect Axes without axes lines, so arcs bend evenly.
+_INCH = 0.75  # figure inches per data unit: text stays readable at Colab width
+_BACKWARD = {"color": "tab:red", "linestyle": "--"}  # gradients flowing backwards in time
+_INPUT = "0.92"  # fill of boxes that hold data (words, losses), not network states
+
+
+def _canvas(ax, xlim, ylim, title):
+    ax = _axes(ax, (_INCH * (xlim[1] - xlim[0]), _INCH * (ylim[1] - ylim[0])))
+    ax.set(xlim=xlim, ylim=ylim, aspect="equal", title=title)
+    ax.axis("off")
+    return ax
+
+
+def _box(ax, xy, label, fc="white", width=0.9, height=0.55, **text):
+    """A rounded box centred at ``xy`` with its label; returns the box for ``_arrow``."""
+    box = FancyBboxPatch((xy[0] - width / 2, xy[1] - height / 2), width, height,
+                         boxstyle="round,pad=0.03", fc=fc, ec="k", zorder=2)
+    ax.add_patch(box)
+    ax.text(*xy, label, ha="center", va="center", zorder=3, **text)
+    return box
+
+
+def _centre(box):
+    return box.get_x() + box.get_width() / 2, box.get_y() + box.get_height() / 2
+
+
+def _arrow(ax, a, b, label="", rad=0.0, offset=(0.0, 0.0), at=0.5, color="k", **style):
+    """An arrow from box ``a`` to box ``b``, bent by ``rad`` (matplotlib's arc3) and clipped at
+    the boxes' edges; the label sits at fraction ``at`` along the curve, moved by ``offset``."""
+    (xa, ya), (xb, yb) = _centre(a), _centre(b)
+    ax.add_patch(FancyArrowPatch((xa, ya), (xb, yb), patchA=a, patchB=b, arrowstyle="-|>",
+                                 mutation_scale=12, connectionstyle=f"arc3,rad={rad}",
+                                 color=color, zorder=1, **style))
+    if label:  # a point on arc3's quadratic Bezier curve, whose control point is (cx, cy)
+        cx, cy = (xa + xb) / 2 + rad * (yb - ya), (ya + yb) / 2 - rad * (xb - xa)
+        x, y = ((1 - at) ** 2 * p + 2 * at * (1 - at) * c + at**2 * q
+                for p, c, q in ((xa, cx, xb), (ya, cy, yb)))
+        ax.text(x + offset[0], y + offset[1], label, ha="center", va="center", color=color,
+                zorder=3, bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none"})
+
+
+def _words(name, words):
+    if isinstance(words, str) or not isinstance(words, Sequence) or not words or not all(
+            isinstance(w, str) and w for w in words):
+        raise ValueError(f"{name} must be a non-empty sequence of words such as "
+                         f"('the', 'cat'), got {words!r}")
+    return list(words)
+
+
+def unrolled_rnn(steps: int = 4, ax=None):
+    """An RNN unrolled over ``steps`` time steps, with the gradient path of the last loss.
+
+    Black: the forward pass in lecture 02's symbols, h_t = tanh(W x_t + U h_{t-1} + b) and the
+    loss J_t read from V h_t. Red, dashed: backpropagation through time from J_T, which reaches
+    h_1 only through every Jacobian dh_t/dh_{t-1}: a product of T - 1 matrices, which is why the
+    gradient vanishes or explodes with distance.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int (time steps T), got {steps!r}")
+    T, dx = steps, 2.0
+    ax = _canvas(ax, (-0.8, dx * T + 1.6), (-3.0, 2.6),
+                 f"RNN unrolled over T = {T} steps: forward (black), gradient of $J_{{{T}}}$ "
+                 "(red)")
+    h = [_box(ax, (0, 0), "$h_0$")]
+    for t in range(1, T + 1):
+        h.append(_box(ax, (dx * t, 0), f"$h_{{{t}}}$"))
+        x = _box(ax, (dx * t, -1.6), f"$x_{{{t}}}$", fc=_INPUT)
+        loss = _box(ax, (dx * t, 1.8), f"$J_{{{t}}}$", fc=_INPUT)
+        _arrow(ax, h[t - 1], h[t], "$U$", offset=(0, -0.22))
+        _arrow(ax, x, h[t], "$W$", offset=(0.22, 0))
+        _arrow(ax, h[t], loss, "$V$", offset=(-0.22, 0.15))
+    _arrow(ax, loss, h[T], rf"$\partial J_{{{T}}}/\partial h_{{{T}}}$", rad=-0.5,
+           offset=(0.55, 0), **_BACKWARD)
+    jacobians = [rf"\partial h_{{{t}}}/\partial h_{{{t - 1}}}" for t in range(T, 1, -1)]
+    for t, jacobian in zip(range(T, 1, -1), jacobians):
+        _arrow(ax, h[t], h[t - 1], f"${jacobian}$", rad=0.6, offset=(0, 0.2), **_BACKWARD)
+    product = r"\,\cdot\,".join([rf"\partial J_{{{T}}}/\partial h_{{{T}}}", *jacobians])
+    ax.text(dx * T / 2, -2.5, rf"$\partial J_{{{T}}}/\partial h_1 = {product}$"
+            f":  a product of T − 1 = {T - 1} Jacobian{'s' * (T != 2)}", ha="center", va="center",
+            color=_BACKWARD["color"])
+    return ax
+
+
+def encoder_decoder(source: Sequence[str] = ("the", "cat", "sleeps"),
+                    target: Sequence[str] = ("le", "chat", "dort"), ax=None,
+                    bottleneck_label: str = "$s_0 = h_S$\n128 numbers"):
+    """An encoder RNN reads ``source``; its final state is all the decoder ever sees of it.
+
+    The highlighted bottleneck box (``bottleneck_label``; lecture 03's s_0 = h_S) is the decoder's
+    initial state: a fixed-size vector must hold the whole source, however long, which is why
+    translation quality falls with length. The decoder reads <bos> y_1 ... and emits y_1 ... <eos>.
+    """
+    source, target = _words("source", source), _words("target", target)
+    if not isinstance(bottleneck_label, str):
+        raise ValueError(f"bottleneck_label must be a str, got {bottleneck_label!r}")
+    inputs, outputs = ["<bos>", *target], [*target, "<eos>"]
+    width = max(0.9, 0.12 * max(map(len, source + inputs + outputs)) + 0.3)
+    dx, S, T = width + 0.7, len(source), len(inputs)
+    start = dx * S + 0.5  # the bottleneck's centre, a wider box
+    ax = _canvas(ax, (-0.8, start + dx * T + 0.8), (-2.4, 2.5),
+                 "Encoder-decoder: one vector carries the whole source")
+    state = None
+    for i, word in enumerate(source):
+        h = _box(ax, (dx * i, 0), f"$h_{{{i + 1}}}$")
+        _arrow(ax, _box(ax, (dx * i, -1.3), word, fc=_INPUT, width=width), h)
+        if state is not None:
+            _arrow(ax, state, h)
+        state = h
+    lines = bottleneck_label.splitlines() or [""]
+    bottleneck = _box(ax, (start, 0), bottleneck_label, fc="gold", height=0.35 + 0.3 * len(lines),
+                      width=max(1.4, 0.12 * max(map(len, lines)) + 0.3))
+    _arrow(ax, state, bottleneck)
+    state = bottleneck
+    for t, (word_in, word_out) in enumerate(zip(inputs, outputs), start=1):
+        s = _box(ax, (start + dx * t, 0), f"$s_{{{t}}}$")
+        _arrow(ax, _box(ax, (start + dx * t, -1.3), word_in, fc=_INPUT, width=width), s)
+        _arrow(ax, s, _box(ax, (start + dx * t, 1.5), word_out, fc=_INPUT, width=width))
+        _arrow(ax, state, s)
+        state = s
+    for x, name in ((dx * (S - 1) / 2, "encoder"), (start + dx * (T + 1) / 2, "decoder")):
+        ax.text(x, -2.05, name, ha="center", va="center", color="0.4", fontstyle="italic")
+    return ax
+
+
+def attention_over_source(source: Sequence[str], weights, target_word: str | None = None,
+                          ax=None):
+    """One decoder step of attention: the context a_t = sum_i alpha^t_i h_i over the source.
+
+    Each encoder state h_i (over its word) is joined to the context box by a line as thick and
+    as dark as its weight alpha^t_i, printed on it: the student sees which words the decoder
+    state s_t reads to write ``target_word``, instead of one vector for the whole source.
+    ``weights`` must be non-negative, one per source word, and sum to 1.
+    """
+    source = _words("source", source)
+    if target_word is not None and not isinstance(target_word, str):
+        raise ValueError(f"target_word must be a str or None, got {target_word!r}")
+    try:
+        w = np.asarray(weights, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"weights must be numbers, got {weights!r}") from None
+    if w.shape != (len(source),):
+        raise ValueError(f"weights must have one entry per source word ({len(source)}), "
+                         f"got {weights!r}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError(f"weights must be finite and non-negative, got {weights!r}")
+    if abs(w.sum() - 1) > 1e-6:
+        raise ValueError(f"weights must sum to 1 (within 1e-6), got {weights!r} with sum "
+                         f"{w.sum():.6g}")
+    width = max(0.9, 0.12 * max(map(len, source)) + 0.3)
+    dx = width + 0.7
+    centre = dx * (len(source) - 1) / 2
+    ax = _canvas(ax, (-0.8, max(dx * (len(source) - 1), centre + 2.2) + 0.8), (-2.4, 4.6),
+                 r"Attention at step $t$: context $a_t = \sum_i \alpha^t_i\, h_i$")
+    context = _box(ax, (centre, 2.8), "$a_t$", fc="gold")
+    decoder = _box(ax, (centre + 2.2, 2.8), "$s_t$")
+    word = "$y_t$" if target_word is None else f"$y_t$ = {target_word}"
+    output = _box(ax, (centre + 1.1, 4.0), word, fc=_INPUT, width=max(1.2, 0.12 * len(word)))
+    _arrow(ax, context, output)
+    _arrow(ax, decoder, output)
+    state = None
+    for i, (src, a) in enumerate(zip(source, w)):
+        h = _box(ax, (dx * i, 0), f"$h_{{{i + 1}}}$")
+        _arrow(ax, _box(ax, (dx * i, -1.3), src, fc=_INPUT, width=width), h)
+        _arrow(ax, h, context, f"{a:.2f}", at=0.3, color="tab:blue", lw=0.5 + 6 * a,
+               alpha=0.25 + 0.75 * a)
+        if state is not None:
+            _arrow(ax, state, h)
+        state = h
+    ax.text(centre, -2.1, r"on the lines: $\alpha^t_i$, the softmax over $i$ of "
+            r"score$(s_t, h_i)$", ha="center", va="center", color="tab:blue")
     return ax
