@@ -52,6 +52,8 @@ def headline(records: dict) -> dict[str, float]:
     if "transformer_cross_attention_alignment" in records:
         out["Transformer cross-attention = gold alignment"] = \
             records["transformer_cross_attention_alignment"]
+        out["... on reordered words (asserted > 0.5)"] = \
+            records["transformer_cross_attention_alignment_reordered"]
     gpt = records.get("char_gpt", {})
     for key in ("valid_loss", "unigram", "seconds"):
         if key in gpt:
