@@ -39,12 +39,12 @@ CHECKS = (
     ("early: length k=1 - k=10, raw", ">", 0.1),
     ("early: length at k=10, normalised - raw", ">", 0.05),
     ("greedy or beam 5 rep-2 / sampling rep-2 (lower)", ">", 2),
-    ("greedy unique sentences", "<", 0.1),
+    ("greedy unique sentences", "<", 0.15),
     ("|sampling - human| rep-2", "<", 0.1),
     ("T=0.1 - T=1 rep-2", ">", 0.1),
     ("T=0.5 - T=2 grammatical", ">", 0.1),
-    ("contrastive rep-2 / top-p rep-2", ">", 3),
-    ("contrastive unique sentences", "<", 0.1),
+    ("contrastive rep-2 / top-p rep-2", ">", 2),
+    ("contrastive unique sentences", "<", 0.15),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
