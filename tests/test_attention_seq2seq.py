@@ -201,8 +201,9 @@ def test_length_experiment_trains_both_models_on_the_same_steps():
 
 def test_one_mistake_changes_one_gold_word_into_the_models_own_guess():
     """The mistaken input differs from the gold input at exactly one position k per sentence
-    (1 <= k < n), holds the likeliest word other than the gold one there, and the losses are the
-    mean negative log-probabilities of the gold words from position k on."""
+    (1 <= k < n), holds the likeliest word there other than the gold one and the special tokens,
+    and the losses are the mean negative log-probabilities of the gold word at position k and of
+    those after it."""
     from seqlab.seq2seq import build_model, one_mistake
 
     torch.manual_seed(0)
@@ -224,12 +225,12 @@ def test_one_mistake_changes_one_gold_word_into_the_models_own_guess():
         n = len(pairs[row][1])
         assert 1 <= k < n
         guess = log_probs[row, k - 1].clone()
-        guess[gold[row, k]] = -torch.inf
+        guess[[int(gold[row, k]), 0, 1, 2]] = -torch.inf  # the gold word, <pad>, <bos>, <eos>
         assert mistaken[row, k] == guess.argmax()
         nll.append(-log_probs[row, k, batch[3][row, k]])
-        after += [-log_probs[row, t, batch[3][row, t]] for t in range(k, n + 1)]
+        after += [-log_probs[row, t, batch[3][row, t]] for t in range(k + 1, n + 1)]
     assert out["next word, clean"] == pytest.approx(torch.stack(nll).mean().item(), rel=1e-5)
-    assert out["all later words, clean"] == pytest.approx(torch.stack(after).mean().item(),
-                                                          rel=1e-5)
+    assert out["words after the next, clean"] == pytest.approx(
+        torch.stack(after).mean().item(), rel=1e-5)
     with pytest.raises(ValueError, match="at least 2 words"):
         one_mistake(model, seq2seq_batch([([3], [4])], 1, 2))

@@ -223,11 +223,12 @@ def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
     """Exposure bias, measured on words the gold sentence still gets right.
 
     In every sentence one target position k (not the last) is drawn, and the decoder reads,
-    instead of the gold word y_k, the word it finds likeliest after the gold prefix other than
-    y_k: a mistake it would make itself, and one teacher forcing never showed it. The rest of the
-    input stays gold, so the gold words after the mistake remain the right targets. Returns the
-    mean loss (nats) of the word right after position k and of all words after it, with the gold
-    input (``clean``) and with the mistake; the difference is what one own mistake costs.
+    instead of the gold word y_k, the word it ranks highest at position k once y_k is excluded
+    (special tokens too): a mistake it would make itself, and one teacher forcing never showed
+    it. The rest of the input stays gold, so the gold words after the mistake remain the right
+    targets. Returns the mean loss (nats) of the next word (position k), and of the words after
+    that one (positions > k, <eos> included), with the gold input (``clean``) and with the
+    mistake; the difference is what one own mistake costs.
     """
     src, src_lengths, tgt_in, tgt_out = batch
     lengths = (tgt_out != model.pad_id).sum(1)  # words + <eos>
@@ -240,17 +241,17 @@ def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
         clean = model(src, src_lengths, tgt_in).float().log_softmax(-1)
         guess = clean[rows, k - 1].clone()  # the prediction of y_k from the gold prefix
         guess[rows, tgt_in[rows, k]] = -torch.inf
+        guess[:, [model.pad_id, model.bos_id, model.eos_id]] = -torch.inf  # words only
         mistaken = tgt_in.clone()
         mistaken[rows, k] = guess.argmax(-1)
         wrong = model(src, src_lengths, mistaken).float().log_softmax(-1)
     positions = torch.arange(tgt_out.shape[1], device=tgt_out.device)[None]
-    after = (positions >= k[:, None]) & (tgt_out != model.pad_id)
-    right_after = positions == k[:, None]
+    later = (positions > k[:, None]) & (tgt_out != model.pad_id)
     out = {}
     for name, log_probs in (("clean", clean), ("mistake", wrong)):
         nll = -log_probs.gather(2, tgt_out[..., None])[..., 0]
-        out[f"next word, {name}"] = nll[right_after].mean().item()
-        out[f"all later words, {name}"] = nll[after].mean().item()
+        out[f"next word, {name}"] = nll[rows, k].mean().item()
+        out[f"words after the next, {name}"] = nll[later].mean().item()
     return out
 
 
