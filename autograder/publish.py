@@ -212,6 +212,11 @@ def pyproject(root: Path, repo: str, branch: str) -> str:
     packages = _packages(root) + ["autograder"]
     license_ = project.get("license")
     license_line = f"license = {json.dumps(license_)}\n" if isinstance(license_, str) else ""
+    shipped = main["tool"]["setuptools"].get("package-data", {})  # the corpora FAST mode reads
+    package_data = "".join(
+        ["\n[tool.setuptools.package-data]\n"]
+        + [f"{json.dumps(package)} = {_toml_list(globs)}\n" for package, globs in shipped.items()]
+    ) if shipped else ""
     return f"""[build-system]
 requires = {json.dumps(build["requires"])}
 build-backend = {json.dumps(build["build-backend"])}
@@ -231,7 +236,7 @@ lab = ["jupyterlab>=4.0", "ipywidgets>=8.0"]
 [tool.setuptools]
 package-dir = {{ "seqlab" = "lib/seqlab", "autograder" = "autograder" }}
 packages = {json.dumps(packages)}
-
+{package_data}
 # The address every Colab badge and setup cell of this edition points at.
 [tool.seqlab.colab]
 repository = {json.dumps(repo)}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 from helpers import fresh_venv
 
 from autograder.course import COURSE, assignments, source_notebook
@@ -39,7 +40,9 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
     files = _files(edition)
     lectures = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     library = sorted(p.relative_to(ROOT / "lib").as_posix() for p in
-                     (ROOT / "lib" / "seqlab").rglob("*.py") if "__pycache__" not in p.parts)
+                     (ROOT / "lib" / "seqlab").rglob("*") if p.is_file()
+                     and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    assert "seqlab/data/bundled/tinyshakespeare.txt.gz" in library  # the shipped corpora
     assert files == sorted(
         ["README.md", "pyproject.toml", "autograder/__init__.py", "autograder/checks.py"]
         + [f"notebooks/{name}" for name in lectures] + [f"lib/{path}" for path in library]
@@ -49,6 +52,8 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
                                                                  "autograder/checks.py"]
     assert (edition / "autograder" / "checks.py").read_text() == \
         (ROOT / "autograder" / "checks.py").read_text()
+    shipped = tomllib.loads((edition / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert shipped["package-data"]["seqlab.data"] == ["bundled/*.gz", "bundled/README.md"]
 
 
 def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
@@ -70,6 +75,8 @@ def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
     found = []
     for relative in _files(edition):
         path = edition / relative
+        if path.suffix == ".gz":  # the shipped corpora: compressed text, no course code
+            continue
         text = path.read_text()
         if path.suffix == ".ipynb":
             text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
