@@ -115,3 +115,11 @@ def print_spread(runs: list[dict], headline) -> None:
 def print_held(runs: list[dict]) -> None:
     failed = sum(run["error"] is not None for run in runs)
     print(f"\n{len(runs) - failed} of {len(runs)} runs held every conclusion")
+
+
+def main(script: str, notebook: Path, headline, description: str) -> int:
+    """A robustness script's whole command line: the sweep, then each headline's spread."""
+    runs = sweep(script, notebook, description=description.splitlines()[0])
+    if runs is not None:
+        print_spread(runs, headline)
+    return 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from notebook_sweep import print_spread, sweep
+from notebook_sweep import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "05_transformer.ipynb"
@@ -63,12 +63,5 @@ def headline(records: dict) -> dict[str, float]:
     return out
 
 
-def main() -> int:
-    runs = sweep(__file__, NOTEBOOK, description=__doc__.splitlines()[0])
-    if runs is not None:
-        print_spread(runs, headline)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__file__, NOTEBOOK, headline, __doc__))
