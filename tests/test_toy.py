@@ -38,11 +38,28 @@ def test_every_sample_has_a_finite_logprob():
         "the cat sleeps today today",
         "the cat sees the dog that the birds see",  # objects carry no clause
         "cat sleeps",
+        "a old cat sleeps",  # "a" before a vowel is spelt "an"
+        "an cat sleeps",
+        "an cats sleep",
         "the cat that the dog that the bird that the boy sees chases sees runs",  # too deep
     ],
 )
 def test_impossible_strings_get_minus_infinity(sentence):
     assert LANG.logprob(sentence) == -math.inf
+
+
+def test_an_before_a_vowel_is_the_same_choice_as_a():
+    sentences = LANG.sample(3000, seed=0)
+    assert any(" an old " in f" {s} " for s in sentences)
+    assert not any(" a old " in f" {s} " or " an " + w in f" {s} " for s in sentences
+                   for w in ("small", "happy", "big", "quiet", "cat"))
+    assert LANG.logprob("an old cat sleeps") == pytest.approx(
+        LANG.logprob("a small cat sleeps"), rel=1e-12)  # one surface rule, same probability
+    sources = [p.source for p in ToyTranslation().sample(2000, seed=0)]
+    assert any(" an old " in f" {s} " for s in sources)
+    assert not any(" a old " in f" {s} " for s in sources)
+    old = next(p for p in ToyTranslation().sample(2000, seed=0) if p.source.startswith("an old "))
+    assert old.references[0].split()[0] in ("un", "une")
 
 
 def test_a_worked_example_by_hand():

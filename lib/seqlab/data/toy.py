@@ -52,6 +52,11 @@ _INTRANSITIVE = {"sg": ("sleeps", "runs", "sings", "waits"), "pl": ("sleep", "ru
 _ADVERBS = ("today", "quietly", "again")
 
 
+def _article(det: str, next_word: str) -> str:
+    """English spelling of "a": "an" before a vowel ("an old cat"); other determiners as is."""
+    return "an" if det == "a" and next_word[:1] in "aeiou" else det
+
+
 class ToyLanguage:
     """A probabilistic grammar with exact sentence probabilities and long-range agreement.
 
@@ -89,7 +94,7 @@ class ToyLanguage:
     @property
     def vocab(self) -> list[str]:
         """Every word the grammar can emit, sorted."""
-        words = {"that", *_ADJS, *_ADVERBS}
+        words = {"that", "an", *_ADJS, *_ADVERBS}
         for table in (_DETS, _NOUNS, _TRANSITIVE, _INTRANSITIVE):
             for number in ("sg", "pl"):
                 words.update(table[number])
@@ -105,6 +110,7 @@ class ToyLanguage:
         if rng.random() < self.p_adj:
             words.append(rng.choice(_ADJS))
         words.append(rng.choice(_NOUNS[number]))
+        words[0] = _article(words[0], words[1])
         if clause and rng.random() < self._p_rel(depth):
             inner, inner_number = self._np(rng, depth + 1, clause=True)
             words += ["that", *inner, rng.choice(_TRANSITIVE[inner_number])]
@@ -129,9 +135,12 @@ class ToyLanguage:
     # -- exact probability
     def _parse_np(self, words: list[str], i: int, depth: int, clause: bool):
         """Parse an NP at ``words[i]``; return (log-prob, next index, number) or None."""
-        if i >= len(words) or words[i] not in _DETS["sg"] + _DETS["pl"]:
+        if i + 1 >= len(words):
             return None
-        det, i = words[i], i + 1
+        det = "a" if words[i] == "an" else words[i]
+        if det not in _DETS["sg"] + _DETS["pl"] or words[i] != _article(det, words[i + 1]):
+            return None  # no determiner, or "a"/"an" spelt wrong before the next word
+        i += 1
         lp = 0.0
         if i < len(words) and words[i] in _ADJS:
             lp += math.log(self.p_adj) - math.log(len(_ADJS)) if self.p_adj > 0 else -math.inf
@@ -372,6 +381,7 @@ class ToyTranslation:
             items.append((adj, "adj", adj, gender, number))
         english_noun = noun if number == "sg" else noun + "s"
         items.append((english_noun, "noun", noun, gender, number))
+        items[0] = (_article(det, items[1][0]), *items[0][1:])
         return items
 
     def _clause(self, rng: random.Random) -> list[tuple]:
