@@ -267,7 +267,7 @@ def encoder_decoder(source: Sequence[str] = ("the", "cat", "sleeps"),
     lines = bottleneck_label.splitlines() or [""]
     bottleneck = _box(ax, (start, 0), bottleneck_label, fc="gold", height=0.35 + 0.3 * len(lines),
                       width=max(1.4, 0.12 * max(map(len, lines)) + 0.3))
-    _arrow(ax, state, bottleneck)
+    _arrow(ax, state, bottleneck, "copy", offset=(0, 0.22), at=0.35)  # s_0 is h_S itself
     state = bottleneck
     for t, (word_in, word_out) in enumerate(zip(inputs, outputs), start=1):
         s = _box(ax, (start + dx * t, 0), f"$s_{{{t}}}$")
