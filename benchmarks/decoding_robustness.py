@@ -40,6 +40,7 @@ CHECKS = (
     ("early: length at k=10, normalised - raw", ">", 0.05),
     ("greedy or beam 5 rep-2 / sampling rep-2 (lower)", ">", 2),
     ("greedy unique sentences", "<", 0.15),
+    ("beam 5 unique sentences", "<", 1 / 3),
     ("|sampling - human| rep-2", "<", 0.1),
     ("T=0.1 - T=1 rep-2", ">", 0.1),
     ("T=0.5 - T=2 grammatical", ">", 0.1),
@@ -76,6 +77,7 @@ def margins(run: dict) -> dict[str, float]:
         out["greedy or beam 5 rep-2 / sampling rep-2 (lower)"] = min(
             deg["greedy"]["rep-2"], deg["beam 5"]["rep-2"]) / deg["sampling"]["rep-2"]
         out["greedy unique sentences"] = deg["greedy"]["unique sentences"]
+        out["beam 5 unique sentences"] = deg["beam 5"]["unique sentences"]
         out["|sampling - human| rep-2"] = abs(deg["sampling"]["rep-2"] - deg["human"]["rep-2"])
     temp = rec.get("temperature_sweep")
     if temp:
