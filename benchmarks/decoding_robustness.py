@@ -44,8 +44,8 @@ CHECKS = (
     ("|sampling - human| rep-2", "<", 0.1),
     ("T=0.1 - T=1 rep-2", ">", 0.1),
     ("T=0.5 - T=2 grammatical", ">", 0.1),
-    ("contrastive rep-2 / top-p rep-2", ">", 2),
-    ("contrastive unique sentences", "<", 0.15),
+    ("contrastive rep-2 / top-p rep-2", ">", 1),
+    ("contrastive unique sentences / top-p's", "<", 0.25),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
@@ -87,7 +87,8 @@ def margins(run: dict) -> dict[str, float]:
     if cd:
         nucleus = next(v for k, v in cd.items() if k.startswith("top-p"))
         out["contrastive rep-2 / top-p rep-2"] = cd["contrastive"]["rep-2"] / nucleus["rep-2"]
-        out["contrastive unique sentences"] = cd["contrastive"]["unique sentences"]
+        out["contrastive unique sentences / top-p's"] = (cd["contrastive"]["unique sentences"]
+                                                     / nucleus["unique sentences"])
     return {key: out.get(key, nan) for key, _, _ in CHECKS}
 
 
