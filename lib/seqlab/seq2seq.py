@@ -223,8 +223,8 @@ def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
     """Exposure bias, measured on words the gold sentence still gets right.
 
     In every sentence one target position k (not the last) is drawn, and the decoder reads,
-    instead of the gold word y_k, the word it ranks highest at position k once y_k is excluded
-    (special tokens too): a mistake it would make itself, and one teacher forcing never showed
+    instead of the gold word y_k, the word it ranks highest at position k once y_k, <pad>, <bos>
+    and <eos> are excluded: a mistake it would make itself, and one teacher forcing never showed
     it. The rest of the input stays gold, so the gold words after the mistake remain the right
     targets. Returns the mean loss (nats) of the next word (position k), and of the words after
     that one (positions > k, <eos> included), with the gold input (``clean``) and with the
