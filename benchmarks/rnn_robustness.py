@@ -6,9 +6,9 @@ asserts its conclusions (79 steps back, both untrained gradients are below 1e-10
 step's, the trained tanh RNN's below 1e-8, and the trained LSTM's more than 1e3 times larger but
 below 1e-2; the LSTM gets subject-verb agreement across a relative clause right more than 90% of
 the time while the trigram stays within 10 points of chance; the LSTM's perplexity closes more
-than half of the trigram's gap to the toy language's floor), so a run that
-finishes held all of them; a failing run names the cell. Then prints the headline numbers and
-their margins over the runs (min .. max).
+than half of the trigram's gap to the toy language's floor), so a run that finishes held all of
+them; a failing run names the cell. Then prints the headline numbers and their margins over the
+runs (min .. max).
 
     python benchmarks/rnn_robustness.py [--seeds 0 1 2 3 4] [--threads 1 2 4] [--jobs 2]
 """
