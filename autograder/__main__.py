@@ -27,7 +27,18 @@ def _limits(args):
     return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs)
 
 
+def _grader_path() -> None:
+    """Submissions often sit in or under the folder the grader is started from: nothing there
+    may ever be imported, so the working directory leaves ``sys.path`` (workers inherit it)
+    and the grader's own package is found where it is installed, after everything else."""
+    home = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), ".")]
+    if home not in sys.path:
+        sys.path.append(home)
+
+
 def main(argv=None) -> int:
+    _grader_path()
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     parser.add_argument("--course", type=Path, default=COURSE,
                         help="nbgrader course folder (default: the repository's assignments/)")
@@ -139,6 +150,9 @@ def main(argv=None) -> int:
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("stopped (Ctrl-C)", file=sys.stderr)
+        return 130
     return 0
 
 

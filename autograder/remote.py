@@ -1,19 +1,24 @@
 """The grader's side of the sandbox boundary: a session with one runner, and proxies for the
 student's functions and objects.
 
-Only plain data crosses from the sandbox to the grader: JSON decoded here into numbers, strings,
-lists, tuples, dicts, sets, NumPy arrays and torch tensors, built from raw bytes. A student value
-that is anything else (their own class, a float subclass that equals everything) arrives as a
-``StudentObject``: a handle the grader can call or ask about, but which never runs on this side.
+THE RULE: nothing a student controls ever becomes code, an import, a path or a pickle on the
+grader's side. What crosses back from the sandbox is JSON, decoded here into plain data only:
+None, bools, numbers, strings, lists, tuples, dicts, sets, NumPy arrays and torch tensors (built
+from raw bytes of a numeric dtype). Everything else, modules, classes, functions and the
+student's own objects included, arrives as a ``StudentObject``: an opaque handle that the grader
+can call or ask about (the sandbox answers with more plain data) but that never runs here. A
+tag this module does not know is a ``ProtocolError``: that student's row says so, nobody else's
+changes. Names of exceptions are mapped to Python's builtin exception classes only.
+
 Arguments go the other way as pickles (the sandbox may unpickle what the grader sends); functions
-that a test passes in, such as a callback, stay here and are called back over the same channel.
+that a test passes in, such as a callback, stay here and are called back over the same channel
+with plain-data arguments.
 """
 
 from __future__ import annotations
 
 import base64
 import builtins
-import importlib
 import io
 import json
 import os
@@ -43,10 +48,24 @@ class SandboxGone(Exception):
         self.reason, self.timed_out = reason, timed_out
 
 
-def call_watched(target: StudentObject, args, kwargs, monitor):
-    """Call a student's function in the sandbox with ``monitor`` = (forbidden packages,
-    forbidden calls) watched there (what ``checks.own_work`` asks for a graded answer)."""
-    return target._session.call(target, args, kwargs, monitor=monitor)
+def call_under_rules(target: StudentObject, args, kwargs, forbidden: tuple[str, ...],
+                     attention: bool):
+    """Call a student's function that may not use the ``forbidden`` packages, nor torch's
+    attention if ``attention`` (what ``checks.own_work`` asks of a graded answer). The sandbox
+    enforces both by construction; this checks, from what the grader set up and what the
+    sandbox reported before any student code ran, that it did, and fails closed if not."""
+    session = target._session
+    withheld = set(session.sandbox.withheld)
+    missing = [p for p in forbidden if p.split(".")[0] not in withheld and p not in withheld]
+    if missing:
+        raise AssertionError(f"the grading sandbox does not keep {', '.join(missing)} away from "
+                             "answers, so this answer cannot be graded; please tell your "
+                             "instructor (they withhold it in the assignment's metadata)")
+    if attention and session.attention:
+        raise AssertionError(f"torch's attention could not be switched off in the grading "
+                             f"sandbox ({session.attention}), so this answer cannot be graded; "
+                             "please tell your instructor")
+    return session.call(target, args, kwargs)
 
 
 class ProtocolError(Exception):
@@ -124,6 +143,8 @@ class Session:
         reply = self._receive(time.monotonic() + START_SECONDS)
         if reply.get("op") != "ready":
             raise ProtocolError("the sandbox did not start")
+        # sent before any student code ran: why torch's attention is not refused ("" if it is)
+        self.attention = str(reply.get("attention", "not requested"))
 
     # --- framing ------------------------------------------------------------------------
     def _send(self, message) -> None:
@@ -240,11 +261,11 @@ class Session:
             raise KeyError(name)
         return self.decode(reply.get("value"))
 
-    def call(self, target: StudentObject, args, kwargs, monitor=None, seed: int = 0,
+    def call(self, target: StudentObject, args, kwargs, seed: int = 0,
              seconds: float | None = None):
         seconds = self.budget() if seconds is None else seconds
         reply = self.request(("call", target._key, self._pickle((list(args), dict(kwargs))),
-                              monitor, seed, seconds), seconds)
+                              seed, seconds), seconds)
         return self._result(reply)
 
     def inspect(self, op: str, target: StudentObject, arg=None):
@@ -311,11 +332,6 @@ class Session:
             if x.get("requires_grad") is True and tensor.is_floating_point():
                 tensor.requires_grad_(True)
             return tensor
-        if tag == "__module__" and type(body) is str:
-            try:  # the grader's own copy of a module the student imported
-                return importlib.import_module(body)
-            except ImportError:
-                raise ProtocolError(f"module {body} is not available to the grader") from None
         if tag == "__handle__" and type(body) is str:
             return _student_class(str(x.get("type", "")))(self, body, x.get("callable") is True)
         raise ProtocolError(f"unexpected value tag {tag!r}")

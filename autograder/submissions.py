@@ -90,7 +90,7 @@ def _utc(text: str, fmt: str) -> datetime | None:
 
 
 def _mtime(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc)
 
 
 def _extract(archive: Path, dest: Path) -> Path:
@@ -121,10 +121,16 @@ def _visible(folder: Path) -> list[Path]:
 
 
 def student_files(folder: Path) -> list[Path]:
-    """Every file in a student's folder, without checkpoints and hidden or system files."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in
-                  p.parts and not any(part in _IGNORED or part.startswith(".")
-                                      for part in p.relative_to(folder).parts))
+    """Every file in a student's folder, without checkpoints and hidden or system files.
+    Symbolic links are listed as they are, never followed (``_gradable`` refuses them): a
+    link could point the grader at the instructor's solution or any other file."""
+    found = []
+    for top, dirs, files in os.walk(folder):  # does not descend into linked folders
+        here = Path(top)
+        found += [here / name for name in files]
+        found += [here / name for name in dirs if (here / name).is_symlink()]
+    return sorted(p for p in found if not any(
+        part in _IGNORED or part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def _flat_file(path: Path) -> tuple[str, str, Entry] | None:
@@ -161,13 +167,16 @@ def _student_folder(folder: Path) -> tuple[str, str, list[Entry]]:
 
 def _students(root: Path) -> list[_Student]:
     items = _visible(root)
-    if len(items) == 1 and items[0].is_dir():  # one folder around the whole export?
+    # one folder around the whole export? (never a link: links are not followed)
+    if len(items) == 1 and items[0].is_dir() and not items[0].is_symlink():
         inner = _visible(items[0])
         if inner and (all(p.is_dir() for p in inner) or any(map(_known, inner))):
             items = inner
     students: dict[str, _Student] = {}
     for item in items:
-        if item.is_dir():
+        if item.is_symlink():
+            key, name, entries = item.name.split(".")[0], "", [Entry(item, item.name)]
+        elif item.is_dir():
             key, name, entries = _student_folder(item)
         else:
             flat = _flat_file(item)
@@ -230,6 +239,12 @@ _KINDS = {".pdf": "a PDF", ".py": "a Python script", ".html": "an HTML export",
 def _gradable(entry: Entry, scratch: Path) -> tuple[Path | None, str]:
     """(notebook to grade, note) or (None, why it is not a notebook)."""
     path, original = entry.path, entry.original
+    if path.is_symlink():
+        return None, (f"{original} is a symbolic link, which is never followed; submit the "
+                      "notebook file itself")
+    if path.stat().st_size > MAX_MEMBER:
+        return None, f"{original} is larger than {MAX_MEMBER // 2**20} MB; submit the .ipynb " \
+                     "notebook (with its outputs cleared if they are large)"
     if original.endswith(".ipynb"):
         return path, ""
     if zipfile.is_zipfile(path):

@@ -4,8 +4,7 @@ import types
 
 import pytest
 
-from autograder import checks
-from autograder.remote import Session
+from autograder.remote import ProtocolError, Session, StudentObject
 from autograder.runner import REQUESTS, Runner
 
 
@@ -27,7 +26,7 @@ class Channel:
 @pytest.mark.parametrize("message", [("exec", "import os"), ("__init__",), [], "run", (None,)])
 def test_the_runner_refuses_a_request_outside_its_table(message):
     channel = Channel([message, ("get", "x")])
-    Runner(channel, checks, None).serve()
+    Runner(channel, "not requested").serve()
     ready, refused, answered = channel.sent
     assert ready["op"] == "ready"
     assert refused["op"] == "raise" and refused["ename"] == "ValueError"
@@ -40,3 +39,23 @@ def test_the_grader_sends_only_requests_from_the_table():
     with pytest.raises(ValueError, match="unknown request 'exec'"):
         Session.request(closed, ("exec", "import os"), 1.0)
     assert {"run", "get", "call", "getattr", "getitem", "len", "iter"} == set(REQUESTS)
+
+
+def test_a_module_crosses_as_an_opaque_handle_never_as_an_import(tmp_path, monkeypatch):
+    """A student's module (or any value naming one) must never make the grader import: a
+    value that once crossed as {"__module__": name} was imported here, running the student's
+    file from the folder the grader was started in."""
+    (tmp_path / "planted.py").write_text("import sys\nsys.exit('the grader imported me')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = Runner(Channel([]), "not requested")
+    sent = runner.encode({"m": types.ModuleType("planted"), "n": [1, 2.5, "x"]})
+    session = Session.__new__(Session)
+    value = session.decode(sent)
+    assert isinstance(value["m"], StudentObject) and value["n"] == [1, 2.5, "x"]
+    for forged in ({"__module__": "planted"}, {"__pickle__": "gASV"}, {"__path__": "/etc"},
+                   {"__class__": "os.system"}):
+        with pytest.raises(ProtocolError, match="unexpected value tag"):
+            session.decode(forged)
+    import sys
+
+    assert "planted" not in sys.modules
