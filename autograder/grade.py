@@ -12,13 +12,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -27,19 +25,23 @@ from . import gradebook
 from .course import COURSE, check_assignment, generate, source_notebook, working_course
 from .feedback import write_feedback
 from .late import LatePolicy, load_timestamps
-from .normalize import Step, master_step, plan, read_notebook, withheld
+from .normalize import Step, master_step, plan, read_notebook, refuses_attention, withheld
+from .remote import START_SECONDS
 from .results import Result, Status
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
+from .workers import Failure, run_jobs
 
 COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message")
 
 _sandbox: Sandbox | None = None  # one per worker process
 
 
-def _start_worker(support: str, limits: Limits, unsafe: bool, withhold: tuple[str, ...]) -> None:
+def _start_worker(support: str, limits: Limits, unsafe: bool, withhold: tuple[str, ...],
+                  refuse_attention: bool) -> None:
     global _sandbox
-    _sandbox = Sandbox(Path(support), limits, unsafe, write=False, withhold=withhold)
+    _sandbox = Sandbox(Path(support), limits, unsafe, write=False, withhold=withhold,
+                       refuse_attention=refuse_attention)
 
 
 def _grade_one(steps: list[Step], name: str, scratch: str) -> Result:
@@ -242,7 +244,8 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
         if len(todo) < len(mine):
             log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
                 "(--regrade grades them again, --only ID... regrades chosen students)")
-    sandbox = Sandbox(out / "sandbox", limits, unsafe, withhold=withheld(master))
+    sandbox = Sandbox(out / "sandbox", limits, unsafe, withhold=withheld(master),
+                      refuse_attention=refuses_attention(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {workers} worker(s); "
         f"{sandbox.limits_in_force}")
 
@@ -267,26 +270,42 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
 
 
 def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
-    context = multiprocessing.get_context("spawn")
+    """Grade ``jobs`` in parallel; every job ends as exactly one row, whatever its worker does
+    (see ``workers.run_jobs``). Ctrl-C stops the run: rows written so far stay, and running
+    the same command again grades the students still missing."""
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
-                             initializer=_start_worker,
-                             initargs=(str(sandbox.support), limits, unsafe,
-                                       sandbox.withheld)) as pool:
-        started = time.perf_counter()
-        run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # sandbox names unique across runs
-        futures = {pool.submit(_grade_one, steps, f"{run_id}-{i}",
-                               str(out / "scratch" / student)): (sub, student, steps)
-                   for i, (sub, student, steps) in enumerate(jobs)}
-        for future in as_completed(futures):
-            sub, student, steps = futures[future]
-            try:
-                result, row = future.result(), run.row(sub, student)
-            except Exception as err:  # a grader failure on one student must not stop the rest
-                result, row = None, run.row(sub, student, status=Status.ERROR, message=(
-                    f"grading failed ({type(err).__name__}: {str(err)[:200]}); please report"))
+    started = time.perf_counter()
+    run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # sandbox names unique across runs
+    names = {student: f"{run_id}-{i}" for i, (_, student, _) in enumerate(jobs)}
+    by_student = {student: (sub, steps) for sub, student, steps in jobs}
+    work = ((student, (steps, names[student], str(out / "scratch" / student)))
+            for _, student, steps in jobs)
+    # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
+    deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
+    results = run_jobs(work, _grade_one, workers, deadline, setup=_start_worker,
+                       setup_args=(str(sandbox.support), limits, unsafe, sandbox.withheld,
+                                   sandbox.refuse_attention),
+                       on_failure=lambda student: Sandbox.cleanup(names[student]))
+    try:
+        for student, result in results:
+            sub, steps = by_student[student]
+            if isinstance(result, Failure):
+                row = run.row(sub, student, status=Status.ERROR, message=(
+                    f"grading failed: {result.reason}; this is not the student's doing unless "
+                    "it repeats, please report"))
+                result = None
+            else:
+                row = run.row(sub, student)
             run.finish(sub, student, steps, result, row, time.perf_counter() - started)
-    shutil.rmtree(out / "scratch", ignore_errors=True)
+    except KeyboardInterrupt:
+        results.close()
+        left = [s for s in by_student if s not in run.rows]
+        run.log(f"interrupted: {len(run.rows)} of {len(by_student)} graded and written to "
+                f"{out / 'grades.csv'}; run the same command again to grade the other "
+                f"{len(left)}")
+        raise
+    finally:
+        shutil.rmtree(out / "scratch", ignore_errors=True)
 
 
 def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:
