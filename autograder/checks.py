@@ -3,24 +3,23 @@
 Plain ``assert result == expected`` is fooled by an object whose ``__eq__`` always returns True,
 and by answers that call the course library. These helpers check the exact type first, compare
 real numbers only, and say what was expected without handing over the answer. ``own_work``
-watches one call of a student's function for code it must not use (see ``watch``); the sandbox
-runner loads a private copy of this module to watch graded calls the same way.
+calls a student's function under the assignment's rules: graded, the sandbox enforces them by
+construction (forbidden packages are absent there, torch's attention refuses: ``guard``) and
+``own_work`` only checks that it was set up so; in a student's own kernel it applies the same
+rules for the one call, as well as a kernel that is not a sandbox can.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import importlib.util
 import math
+import os
 import sys
-import threading
-import types
-import warnings
 from collections import Counter, OrderedDict, defaultdict
-from pathlib import Path
-from typing import NamedTuple
+
+from . import guard
+from .guard import ATTENTION_NAME
 
 _REAL_DICTS = (dict, Counter, OrderedDict, defaultdict)
 
@@ -30,18 +29,14 @@ NO_FUSED_ATTENTION = (
     "torch.nn.MultiheadAttention",
 )
 """``own_work(fn, ..., forbidden_calls=NO_FUSED_ATTENTION)``: the answer must compute attention
-itself. Naming torch's fused attention arms ``AttentionGuard`` (every aten attention kernel,
-however it is reached); ``nn.MultiheadAttention`` and its functional form are watched as Python
-code. Names, not objects, so that importing this module never imports torch."""
+itself. These names stand for all of torch's attention, whatever it is called: every operator
+and Python function of torch that computes attention refuses (see ``guard``). Names, not
+objects, so that importing this module never imports torch."""
 
-# Either name of torch's fused attention in ``forbidden_calls`` arms the AttentionGuard.
-_FUSED = frozenset({"torch.nn.functional.scaled_dot_product_attention",
-                    "torch._C._nn.scaled_dot_product_attention"})
-_ATTENTION_RULE = "answers must compute attention themselves (no fused attention, no " \
-                  "nn.MultiheadAttention)"
-_LIBRARY_RULE = "answers must be your own code, not the library's reference implementation"
-_DISABLED = "the fused-attention monitor was disabled during your function; answers must " \
-            "compute attention themselves"
+LIBRARY_RULE = ("is not available while your notebook is graded: answers must be your own code "
+                "(see the assignment rules)")
+"""The one wording for a package an answer may not use, in the sandbox (where importing it
+fails with this message) and in a student's own kernel (``own_work``)."""
 
 
 def expect_float(actual, expected: float, what: str, rel: float = 1e-9, abs_: float = 1e-12):
@@ -120,296 +115,81 @@ def expect_tensor(actual, expected, what: str, rtol: float = 1e-7, atol: float =
 
 
 def _package_dir(name: str) -> str | None:
-    """The source folder of a package or subpackage ("seqlab", "torch.autograd")."""
+    """The real source folder of a package ("seqlab"), symbolic links resolved."""
     try:
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):  # ImportError: a withheld package's stub
+    except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return str(Path(next(iter(spec.submodule_search_locations))).resolve()) + "/"
+    return os.path.realpath(next(iter(spec.submodule_search_locations))) + os.sep
 
 
-def _call_name(item) -> str:
-    """A forbidden call as the dotted name that crosses into the sandbox."""
-    if isinstance(item, str):
-        return item
-    module, qualname = getattr(item, "__module__", None), getattr(item, "__qualname__", None)
-    if not callable(item) or not isinstance(module, str) or not isinstance(qualname, str):
-        raise TypeError(f"forbidden_calls: expected functions, classes or dotted names, got "
-                        f"{item!r}")
-    return f"{module}.{qualname}"
-
-
-_RESOLVED: dict = {}
-
-
-def _resolve(name: str):
-    """What a dotted name ("torch.nn.MultiheadAttention") refers to, or None. Remembered: names
-    resolved before student code runs (``attention_guard`` does NO_FUSED_ATTENTION's) stay
-    bound to torch's own objects whatever a notebook assigns to ``torch.nn`` later."""
-    if name not in _RESOLVED:
-        first, *rest = name.split(".")
-        try:
-            target = importlib.import_module(first)
-            for part in rest:
-                target = getattr(target, part)
-        except (ImportError, AttributeError):
-            return None
-        _RESOLVED[name] = target
-    return _RESOLVED[name]
-
-
-def _targets(names) -> tuple[dict, dict]:
-    """({id: display name} of compiled functions, {code: display name} of Python code) that the
-    forbidden names stand for; a class stands for all of its methods."""
-    compiled, codes = {}, {}
-    for name in names:
-        obj = _resolve(name)
-        shown = name.rsplit(".", 1)[-1]
-        for f in vars(obj).values() if isinstance(obj, type) else [obj]:
-            f = getattr(f, "__func__", f)  # staticmethod, classmethod
-            if isinstance(f, types.FunctionType):
-                codes[f.__code__] = shown
-            elif isinstance(f, types.BuiltinFunctionType):
-                compiled[id(f)] = shown
-    return compiled, codes
-
-
-class _Armed(NamedTuple):
-    """One arming of the AttentionGuard."""
-
-    lib: object  # torch.library.Library holding our kernels
-    handle: object  # its registration handle
-    used: list  # attention ops called since (the kernels append to it)
-    before: tuple  # torch._C._dispatch_dump of each op, before arming
-    dumps: tuple  # and right after
-    kernel: object  # a handle on our kernel: torch invalidates it if the registration goes
-
-
-class AttentionGuard:
-    """Refuses torch's fused attention at the dispatcher for the length of one watched call.
-
-    A profiler sees only the Python name a call went through; torch.ops.aten.*, torch._C._nn.*,
-    the lower-level kernels (``_scaled_dot_product_flash_attention_for_cpu``, ...), vmap,
-    TorchScript and nn.Module fast paths all end in torch's dispatcher instead. ``arm`` puts a
-    kernel that notes the call and raises on top of every dispatch key (CPU, CUDA, Meta, the
-    composite and autograd keys: whichever the installed torch registers) of every aten op whose
-    name contains "attention"; ``disarm`` takes them off again, so outside graded calls (a
-    student's own exploration, visible tests) torch behaves as usual.
-
-    Fail closed: setting up requires every key of every such op to show our kernel and a call
-    through the dispatcher to be refused. ``disarm`` reports the guard intact only if the
-    registrations are exactly those armed, a call through the dispatcher is still refused, and a
-    kernel handle taken when arming still works: torch invalidates such a handle for good once
-    its registration is removed, so removing the guard and re-installing it, even the same
-    kernels under the same handle, shows. Made before any student code runs (the sandbox runner
-    does so at start), it keeps torch's own entry points, and stops torch from handing out
-    attention kernels (``torch.library.get_kernel``): one fetched between graded calls could be
-    called during one without the dispatcher.
-
-    Limits: it runs in the student's process. Code written to forge the guard itself (digging
-    its private state out of memory and rewriting it, ctypes) or native code that calls torch's
-    C++ kernels directly is not caught; such code is deliberate and left to misconduct review.
-    """
-
-    _HEADER = ("name", "schema", "debug", "alias analysis kind")
-
-    def __init__(self, torch):
-        self._library = torch.library.Library
-        self._dump = torch._C._dispatch_dump
-        self._fetch = torch._C._dispatch_get_computed_kernel_for_dispatch_key
-        self._keyset = torch._C._dispatch_keyset_full()
-        self._canary_call = torch._C._nn.scaled_dot_product_attention
-        self._canary_args = (torch.zeros(1, 1, 1),) * 3
-        self.ops = tuple(sorted(op for op in torch._C._dispatch_get_all_op_names()
-                                if op.startswith("aten::") and "attention" in op))
-        self._site = f"registered at {__file__}:"
-        fetch = self._fetch
-
-        def get_kernel(op, key):
-            if "attention" in str(op):
-                raise RuntimeError("torch's attention kernels cannot be fetched while answers "
-                                   "are checked")
-            return fetch(op, key)
-
-        torch._C._dispatch_get_computed_kernel_for_dispatch_key = get_kernel
-        if not self.disarm(self.arm())[1]:  # a torch that cannot be guarded fails here, early
-            raise RuntimeError("the guard did not stay in place")
-
-    def _dumps(self) -> tuple[str, ...]:
-        return tuple(self._dump(op) for op in self.ops)
-
-    @classmethod
-    def _active(cls, dump: str) -> dict[str, str]:
-        """{dispatch key: its active registration} from ``torch._C._dispatch_dump``."""
-        active = {}
-        for line in dump.splitlines():
-            key, _, registration = line.partition(": ")
-            if registration and key not in cls._HEADER and not key.endswith(" (inactive)"):
-                active[key.removesuffix("[alias]")] = registration
-        return active
-
-    @staticmethod
-    def _refusal(op: str, used: list):
-        def refuse(*args, **kwargs):
-            used.append(op)
-            raise RuntimeError(f"{op} is torch's fused attention, which answers may not use")
-
-        return refuse
-
-    def _canaries(self, armed: _Armed) -> bool:
-        """Whether a call through the dispatcher, and one through the kernel handle taken when
-        arming, both reach this arming's kernels (which then forget the calls)."""
-        seen = len(armed.used)
-        for call in (lambda: self._canary_call(*self._canary_args),
-                     lambda: armed.kernel.call_boxed(self._keyset, *self._canary_args)):
-            try:
-                call()
-            except Exception:
-                pass
-        refused = armed.used[seen:] == ["aten::scaled_dot_product_attention"] * 2
-        del armed.used[seen:]
-        return refused
-
-    def arm(self) -> _Armed:
-        """Refuse every attention kernel from now on (RuntimeError if torch does not let us).
-        What is returned is immutable, so a notebook cannot swap in an arming of its own."""
-        used: list[str] = []
-        before = self._dumps()
-        lib = self._library("aten", "IMPL")
-        handle = lib.m
-        try:
-            with warnings.catch_warnings():  # "overriding a previously registered kernel"
-                warnings.simplefilter("ignore")
-                for op, dump in zip(self.ops, before):
-                    for key in self._active(dump):
-                        lib.impl(op.removeprefix("aten::"), self._refusal(op, used), key)
-            armed = _Armed(lib, handle, used, before, self._dumps(),
-                           self._fetch("aten::scaled_dot_product_attention", "CPU"))
-            if not (all(self._active(now).get(key, "").startswith(self._site)
-                        for dump, now in zip(before, armed.dumps) for key in self._active(dump))
-                    and self._canaries(armed)):
-                raise RuntimeError("torch did not take its kernels")
-        except BaseException:
-            lib._destroy()
-            handle.reset()
-            raise
-        return armed
-
-    def disarm(self, armed: _Armed) -> tuple[list[str], bool]:
-        """Stop refusing; return (the attention ops called while armed, whether the guard was
-        intact all along)."""
-        intact = self._canaries(armed) and self._dumps() == armed.dumps
-        armed.lib._destroy()
-        armed.handle.reset()  # also when the notebook swapped the Library's handle
-        return sorted(set(armed.used)), intact and self._dumps() == armed.before
-
-
-@functools.cache
-def attention_guard():
-    """This process's AttentionGuard, or why there can be none (a string). Resolves
-    NO_FUSED_ATTENTION too, so both happen before student code when called first."""
-    try:
-        import torch
-    except ImportError:  # absent, or withheld from this sandbox (never imported then)
-        return "torch is not available"
-    for name in NO_FUSED_ATTENTION:
-        _resolve(name)
-    try:
-        return AttentionGuard(torch)
-    except Exception as err:
-        return f"{type(err).__name__}: {err}"
+def _attention_rule(forbidden_calls) -> bool:
+    """Whether ``forbidden_calls`` asks for attention computed by hand. Only torch's attention
+    can be forbidden by call (``NO_FUSED_ATTENTION``, or any of torch's attention functions):
+    it is the one rule enforced inside torch (``guard``); other code an answer may not use is
+    a package, withheld as a whole (``forbidden``)."""
+    if not isinstance(forbidden_calls, (tuple, list)):
+        raise TypeError(f"forbidden_calls: expected NO_FUSED_ATTENTION or (), got "
+                        f"{forbidden_calls!r}")
+    for item in forbidden_calls:
+        name = item if isinstance(item, str) else \
+            f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', '')}"
+        if name.split(".")[0] != "torch" or not ATTENTION_NAME.search(name.rsplit(".", 1)[-1]):
+            raise TypeError(f"forbidden_calls: only torch's attention (NO_FUSED_ATTENTION) can "
+                            f"be forbidden by call, got {item!r}; to forbid other code, list its "
+                            "package in forbidden= (the grader withholds it)")
+    return bool(forbidden_calls)
 
 
 @contextlib.contextmanager
-def watch(forbidden=(), forbidden_calls=(), guard=None, name="your function"):
-    """Watch one call of a student's function (``with watch(...): fn()``): it must not run code
-    from the ``forbidden`` packages or call ``forbidden_calls`` (dotted names of functions or
-    classes).
-
-    A profiler watches packages and calls (``sys.setprofile``, and the thread hook, so threads
-    started during the call are watched too). If the calls name torch's fused attention, the
-    ``guard`` (an AttentionGuard, or why there is none) is armed for the call. On exit,
-    AssertionError names what was used, or says that a monitor was switched off, removed or
-    could not be set up: an answer that disables the watch scores 0, never a pass. The state of
-    the watch lives in this generator's locals, where a notebook cannot swap it.
-    """
-    dirs = {n: d for n in forbidden if (d := _package_dir(n))}
-    attention = not _FUSED.isdisjoint(forbidden_calls)
-    compiled, codes = _targets(forbidden_calls)
+def _local_rules(forbidden, attention: bool, name: str):
+    """The rules in a student's own kernel, for one call: a profiler notes code run from the
+    forbidden packages (compared by real path), and torch's attention refuses (``guard``)."""
+    dirs = {p: d for p in forbidden if (d := _package_dir(p))}
     used: set[str] = set()
-    switched_off: list[bool] = []
+    files: dict[str, str] = {}
 
     def profiler(frame, event, arg):
-        if event == "c_call":
-            if id(arg) in compiled:
-                used.add(compiled[id(arg)])
-            elif arg is sys.setprofile:
-                switched_off.append(True)
-        elif event == "call":
-            code = frame.f_code
-            if code in codes:
-                used.add(codes[code])
-            for package, directory in dirs.items():
-                if code.co_filename.startswith(directory):
-                    used.add(package)
+        if event == "call":
+            path = frame.f_code.co_filename
+            if path not in files:
+                real = os.path.realpath(path)
+                files[path] = next((p for p, d in dirs.items() if real.startswith(d)), "")
+            if files[path]:
+                used.add(files[path])
 
-    armed = None
-    if attention:
+    refusing = contextlib.nullcontext()
+    if attention and "torch" in sys.modules:
+        refusing = guard.refusing(sys.modules["torch"])
+    previous = sys.getprofile()
+    with refusing:
+        sys.setprofile(profiler if dirs else previous)
         try:
-            if not isinstance(guard, AttentionGuard):
-                raise RuntimeError(guard or "no guard")
-            armed = guard.arm()
-        except Exception as err:
-            raise AssertionError(f"the fused-attention monitor could not be set up ({err}); "
-                                 "answers must compute attention themselves") from None
-    previous = sys.getprofile(), threading.getprofile()
-    threading.setprofile(profiler)
-    sys.setprofile(profiler)
-    try:
-        yield
-    finally:
-        off = bool(switched_off) or sys.getprofile() is not profiler
-        sys.setprofile(previous[0])
-        threading.setprofile(previous[1])
-        problems = []
-        if armed is not None:
-            ops, intact = guard.disarm(armed)
-            used.update(op.removeprefix("aten::").split(".")[0] for op in ops)
-            if not intact:
-                problems.append(_DISABLED)
-        if used:
-            rule = _ATTENTION_RULE if attention and used - set(dirs) else _LIBRARY_RULE
-            problems.insert(0, f"{name} calls {', '.join(sorted(used))}: {rule}")
-        if off:
-            problems.append("the call monitor was switched off during your function "
-                            "(sys.setprofile); answers must be your own code")
-        if problems:
-            raise AssertionError("; ".join(problems))
+            yield
+        finally:
+            sys.setprofile(previous)
+    if used:
+        raise AssertionError(f"{name} uses {', '.join(sorted(used))}, which {LIBRARY_RULE}")
 
 
 def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwargs):
-    """Call ``fn(*args, **kwargs)`` and fail if it runs code from a ``forbidden`` package or
-    calls one of ``forbidden_calls``.
+    """Call ``fn(*args, **kwargs)``, an answer that must be the student's own work: it may not
+    run code of the ``forbidden`` packages (subpackages such as ``"torch.autograd"`` work too),
+    nor torch's attention when ``forbidden_calls`` is ``NO_FUSED_ATTENTION``.
 
-    Catches the reference implementation however it was imported or renamed, because it
-    watches which source files the call executes. Subpackages work too: forbidding
-    ``"torch.autograd"`` rejects answers that let autograd compute a gradient asked for by hand.
-    ``forbidden_calls`` lists functions or classes (objects or dotted names) that count too;
-    ``NO_FUSED_ATTENTION`` (or any list naming ``F.scaled_dot_product_attention``) also refuses
-    torch's attention kernels however they are reached. Graded in the sandbox, the sandbox
-    watches the call; in a student's own kernel the same watch runs here (best effort).
+    Graded, the sandbox enforces this by construction: the forbidden packages are not there at
+    all, and torch's attention refuses however it is reached. ``own_work`` then checks that the
+    sandbox was set up so, and fails closed (AssertionError) if it was not. In a student's own
+    kernel the same rules hold for this one call, as far as a plain kernel allows.
     """
     if not isinstance(forbidden, (tuple, list)) or not all(isinstance(p, str) for p in forbidden):
         raise TypeError(f"forbidden: expected a tuple of package names, got {forbidden!r}")
-    if not isinstance(forbidden_calls, (tuple, list)):
-        raise TypeError(f"forbidden_calls: expected a tuple of functions, classes or dotted "
-                        f"names, got {forbidden_calls!r}")
-    calls = [_call_name(c) for c in forbidden_calls]
+    attention = _attention_rule(forbidden_calls)
     remote = sys.modules.get("autograder.remote")
     if remote is not None and isinstance(fn, remote.StudentObject):
-        return remote.call_watched(fn, args, kwargs, (list(forbidden), calls))
-    guard = attention_guard() if not _FUSED.isdisjoint(calls) else None
-    with watch(forbidden, calls, guard, getattr(fn, "__name__", "your function")):
+        return remote.call_under_rules(fn, args, kwargs, forbidden=tuple(forbidden),
+                                       attention=attention)
+    with _local_rules(forbidden, attention, getattr(fn, "__name__", "your function")):
         return fn(*args, **kwargs)

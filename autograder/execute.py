@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .normalize import Step
-from .release import hidden_lines
+from .release import has_visible_code, hidden_lines
 from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
 from .results import Result, Status, TestResult, test_result
 from .runner import seed_all
@@ -214,7 +214,10 @@ class Grading:
                 message += _name_hint(exc, filename)
             in_hidden = _failed_in_hidden(exc, filename, hidden)
             if in_hidden:
-                message = f"the visible tests passed, a hidden check failed: {message}"
+                before = ("the visible tests passed, a hidden check failed" if
+                          has_visible_code(step.source) else
+                          "a hidden check failed (this cell has no visible tests)")
+                message = f"{before}: {message}"
         if session.timed_out:
             self.status = Status.TIMEOUT
         self.trusted.update({k: v for k, v in scope.items() if k in binds})

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from .course import COURSE, check_assignment, source_notebook
-from .normalize import master_step, plan, read_notebook, withheld
+from .normalize import master_step, plan, read_notebook, refuses_attention, withheld
 from .release import has_visible_code
 from .results import gradescope_tests
 from .sandbox import Limits, Sandbox, sandbox_problem
@@ -109,7 +109,8 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
             steps = plan(master, read_notebook(chosen.notebook))
             with tempfile.TemporaryDirectory() as tmp:
                 sandbox = Sandbox(Path(tmp) / "support", limits or Limits(),
-                                  withhold=withheld(master))
+                                  withhold=withheld(master),
+                                  refuse_attention=refuses_attention(master))
                 result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}",
                                      Path(tmp) / "scratch")
             tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})

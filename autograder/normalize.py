@@ -127,3 +127,13 @@ def withheld(master: dict) -> tuple[str, ...]:
         raise ValueError(f"metadata.autograder.withhold must be a list of package names, "
                          f"got {names!r}")
     return tuple(names)
+
+
+def refuses_attention(master: dict) -> bool:
+    """Whether the assignment's answers must compute attention themselves
+    (``metadata.autograder.refuse_attention``): torch's attention then refuses in its sandbox."""
+    flag = master.get("metadata", {}).get("autograder", {}).get("refuse_attention", False)
+    if not isinstance(flag, bool):
+        raise ValueError(f"metadata.autograder.refuse_attention must be true or false, got "
+                         f"{flag!r}")
+    return flag

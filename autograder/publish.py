@@ -8,7 +8,8 @@ builds (nbgrader's practice: a private source, a published release):
 - ``notebooks/``: the lectures, without outputs;
 - ``lib/seqlab/``: the course library;
 - ``assignments/NN_topic/NN_topic.ipynb``: the release of every assignment (``release``);
-- ``autograder/checks.py`` and a small ``__init__``: all the visible tests import;
+- ``autograder/checks.py`` (with ``guard.py``, which it uses) and a small ``__init__``: all the
+  visible tests import;
 - ``pyproject.toml`` (package ``seqlab`` and that small ``autograder``, the course's runtime
   dependencies) and a README for students.
 
@@ -41,13 +42,14 @@ from .course import COURSE, assignments, source_notebook
 from .release import _BEGIN, _END, regions, release
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKS = Path(__file__).resolve().parent / "checks.py"
+CHECKS = tuple(Path(__file__).resolve().parent / name for name in ("checks.py", "guard.py"))
 _POINTER = re.compile(r"assignments/source/(\d\d_\w+)(?:/\1\.ipynb)?")
 # A region marker, misspelled or not, anywhere in the edition (the release check is stricter).
 _MARKER = re.compile(r"^#+\s*(BEGIN|END)\s+(SOL|HID)", re.IGNORECASE)
 _WORD = re.compile(r"\w+")
 
-AUTOGRADER_INIT = '''"""The checks the assignments' visible tests use (``autograder.checks``).
+AUTOGRADER_INIT = '''"""The checks the assignments' visible tests use (``autograder.checks``, and
+``autograder.guard``, which applies the rule on torch's attention as the grader does).
 
 This is the student edition of the course: the grader itself is not part of it.
 """
@@ -86,8 +88,10 @@ def _join(value) -> str:
 
 
 def library_lines(root: Path = ROOT) -> set[str]:
-    """Every stripped line of the course library's source: public by design."""
-    return {line.strip() for path in sorted((root / "lib" / "seqlab").rglob("*.py"))
+    """Every stripped line of the course library's source and of the checks the edition
+    ships: public by design."""
+    paths = [*sorted((root / "lib" / "seqlab").rglob("*.py")), *CHECKS]
+    return {line.strip() for path in paths
             for line in path.read_text(errors="replace").splitlines()}
 
 
@@ -133,7 +137,7 @@ def allowed(relative: str, names: list[str]) -> bool:
     """Whether a file may be part of the edition at all (anything else is refused)."""
     parts = relative.split("/")
     if relative in ("README.md", "pyproject.toml", "autograder/__init__.py",
-                    "autograder/checks.py"):
+                    *(f"autograder/{path.name}" for path in CHECKS)):
         return True
     if parts[0] == "notebooks":
         return len(parts) == 2 and re.fullmatch(r"\d\d_\w+\.ipynb", parts[1]) is not None
@@ -333,7 +337,8 @@ def _build(build: Path, course: Path, root: Path, repo: str, branch: str) -> Non
             job.result()
     (build / "autograder").mkdir()
     (build / "autograder" / "__init__.py").write_text(AUTOGRADER_INIT)
-    shutil.copy(CHECKS, build / "autograder" / "checks.py")
+    for path in CHECKS:
+        shutil.copy(path, build / "autograder" / path.name)
     (build / "pyproject.toml").write_text(pyproject(root, repo, branch))
     (build / "README.md").write_text(readme(build, repo, branch))
 

@@ -1,8 +1,9 @@
 """The program that runs inside the sandbox: executes student cells, answers the grader's calls.
 
 Standalone on purpose (standard library only; numpy and torch only when the student's values
-need them), because it runs where nothing of the grader is installed but ``autograder.checks``,
-of which it loads a private copy to watch graded calls. It talks to the grader over its original
+need them), because it runs where nothing of the grader is installed but ``autograder.checks``
+(for the notebook's own imports) and, beside this file, ``guard.py``, which it runs before any
+student code where answers may not use torch's attention. It talks to the grader over its original
 stdin/stdout; file descriptors 0-2 are then pointed at /dev/null, so student output can never
 reach the protocol by accident. Everything it sends is plain data (JSON): the grader never
 unpickles, imports or calls anything that came from here. Whatever student code does to this
@@ -23,14 +24,13 @@ import signal
 import struct
 import sys
 import traceback
-import types
 
 # Every request the grader may send, (op, *arguments); the runner refuses any other. Replies are
 # dicts: {"op": "ran" | "value" | "raise" | "callback" | "ready", ...}.
 REQUESTS = {
     "run": "(source, seed, seconds): execute a notebook cell",
     "get": "(name,): the value of a global name of the notebook",
-    "call": "(handle, pickled (args, kwargs), monitor, seed, seconds): call a student object",
+    "call": "(handle, pickled (args, kwargs), seed, seconds): call a student object",
     "getattr": "(handle, name, seconds): an attribute of a student object",
     "getitem": "(handle, pickled key, seconds): an item of a student object",
     "len": "(handle, None, seconds): len() of a student object",
@@ -97,12 +97,10 @@ class Channel:
 
 
 class Runner:
-    def __init__(self, channel, checks, guard):
+    def __init__(self, channel, attention: str):
         self.channel = channel
-        self.checks, self.guard = checks, guard  # see checks.watch and checks.AttentionGuard
+        self.attention = attention  # why torch's attention is not refused here ("" if it is)
         self.handles = {}
-        self.rules = {}  # handle -> the rules of the graded call that handed it out
-        self.handed = []  # handles given out by the value being encoded
         self.shell = None
         try:
             from IPython.core.interactiveshell import InteractiveShell
@@ -117,7 +115,6 @@ class Runner:
     def handle(self, obj):
         key = str(id(obj))
         self.handles[key] = obj
-        self.handed.append(key)
         return {"__handle__": key, "type": type(obj).__name__, "callable": callable(obj)}
 
     def encode(self, x, depth=0):
@@ -140,8 +137,6 @@ class Runner:
             items = [[self.encode(k, depth + 1), self.encode(v, depth + 1)]
                      for k, v in dict.items(x)]
             return {"__dict__": items, "type": type(x).__name__}
-        if isinstance(x, types.ModuleType):
-            return {"__module__": x.__name__}
         np = sys.modules.get("numpy")
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(x, torch.Tensor):
@@ -240,19 +235,7 @@ class Runner:
             return {"op": "value", "missing": True}
         return {"op": "value", "value": self.encode(self.ns[name])}
 
-    def watched(self, rules, name, seconds, fn):
-        """fn()'s value as plain data, computed and encoded (so no lazy value escapes) in time,
-        under ``rules`` (forbidden packages, forbidden calls) when given. Objects it hands out
-        keep those rules: a graded call's result is watched whenever it is used later."""
-        if not rules:
-            return self.timed(seconds, lambda: self.encode(fn()))
-        self.handed = []
-        with self.checks.watch(*rules, guard=self.guard, name=name):
-            value = self.timed(seconds, lambda: self.encode(fn()))
-        self.rules.update(dict.fromkeys(self.handed, rules))
-        return value
-
-    def call(self, key, payload, monitor, seed, seconds):
+    def call(self, key, payload, seed, seconds):
         self.seed(seed)
         out = _Bounded()
         saved = sys.stdout, sys.stderr
@@ -260,9 +243,7 @@ class Runner:
         try:
             target = self.handles[key]
             args, kwargs = self.loads(payload)
-            name = getattr(target, "__name__", "your function")
-            value = self.watched(monitor or self.rules.get(key), name, seconds,
-                                 lambda: target(*args, **kwargs))
+            value = self.timed(seconds, lambda: self.encode(target(*args, **kwargs)))
             return {"op": "value", "value": value}
         except BaseException as exc:
             return {"op": "raise", **self.error(exc), "output": out.value()}
@@ -274,13 +255,14 @@ class Runner:
             obj = self.handles[key]
             read = {"getattr": lambda: getattr(obj, arg), "getitem": lambda: obj[self.loads(arg)],
                     "len": lambda: len(obj), "iter": lambda: list(obj)}[op]
-            value = self.watched(self.rules.get(key), type(obj).__name__, seconds, read)
+            value = self.timed(seconds, lambda: self.encode(read()))
             return {"op": "value", "value": value}
         except BaseException as exc:
             return {"op": "raise", **self.error(exc)}
 
     def serve(self):
-        self.channel.send({"op": "ready", "python": sys.version.split()[0]})
+        self.channel.send({"op": "ready", "python": sys.version.split()[0],
+                           "attention": self.attention})
         while True:
             try:
                 message = self.channel.recv()
@@ -360,20 +342,27 @@ def limit(memory_mb, max_procs) -> list[str]:
     return enforced
 
 
-def private_checks():
-    """A copy of ``autograder.checks`` of our own, loaded before any student code runs: a
-    notebook that imports and patches autograder.checks changes its copy, not the one watching."""
-    spec = importlib.util.find_spec("autograder.checks")
-    checks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checks)
-    return checks
+def refuse_attention() -> str:
+    """In a sandbox for an assignment whose answers compute attention themselves, switch
+    torch's attention off for good before any student code runs (see ``guard``); return ""
+    when that holds, else why not (the grader then fails such answers closed)."""
+    if os.environ.pop("GRADER_REFUSE_ATTENTION", "") != "1":
+        return "not requested for this assignment"
+    spec = importlib.util.spec_from_file_location("_grader_guard", GUARD)
+    guard = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(guard)
+        import torch
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    return guard.install_sentinel(torch)
 
+
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
 
 if __name__ == "__main__":
     channel = Channel()
     limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
           int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
     sys.argv = [""]
-    checks = private_checks()
-    # before any student code: imports torch (unless this sandbox withholds it) and guards it
-    Runner(channel, checks, checks.attention_guard()).serve()
+    Runner(channel, refuse_attention()).serve()

@@ -5,10 +5,12 @@ environment, and a support folder with the runner. The course (source notebooks,
 the gradebook, the output folder and every other student's files are simply not there. It has no
 network (a fresh network namespace: not even the host's loopback), writes only to its own
 size-capped scratch tmpfs, and runs as ``nobody`` when the grader is root. Packages an answer must
-not call (the course's reference implementation, nltk, sacrebleu, and whatever an assignment's
-master notebook lists under ``metadata.autograder.withhold``) are withheld: stubs that raise
-ImportError shadow them, and their real folders are covered by empty mounts, so no sys.path
-trick reaches them.
+not call (the course's reference implementation, nltk, sacrebleu, transformers, and whatever an
+assignment's master notebook lists under ``metadata.autograder.withhold``) are withheld: a stub
+that raises ImportError is mounted over each one's real folder (found by real path, so symbolic
+links and lib64 lead there too) and comes first on PYTHONPATH, so no import path reaches them.
+Where answers must compute attention themselves, the runner switches torch's attention off
+before any student code runs (``guard``).
 
 Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
 to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
@@ -29,12 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NOBODY = 65534
-WITHHELD = ("seqlab", "nltk", "sacrebleu", "autograder")
+WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "seqlab-grader"
 SCRATCH_BYTES = 256 * 2**20
 RUNNER = Path(__file__).with_name("runner.py")
 CHECKS = Path(__file__).with_name("checks.py")
+GUARD = Path(__file__).with_name("guard.py")
 
 
 @dataclass(frozen=True)
@@ -195,9 +198,10 @@ class Sandbox:
     """Knows how to start ``runner.py`` for one submission, and how to clean up after it."""
 
     def __init__(self, support: Path, limits: Limits, unsafe: bool = False, write: bool = True,
-                 withhold: tuple[str, ...] = ()):
+                 withhold: tuple[str, ...] = (), refuse_attention: bool = False):
         self.limits = limits
         self.unsafe = unsafe
+        self.refuse_attention = refuse_attention
         self.withheld = tuple(dict.fromkeys((*WITHHELD, *withhold)))
         self.support = Path(support).resolve()
         if write:
@@ -234,8 +238,10 @@ class Sandbox:
             shutil.rmtree(site)
         (site / "autograder").mkdir(parents=True)
         shutil.copy(RUNNER, self.support / "runner.py")
+        shutil.copy(GUARD, self.support / "guard.py")
         (site / "autograder" / "__init__.py").write_text("")
         shutil.copy(CHECKS, site / "autograder" / "checks.py")
+        shutil.copy(GUARD, site / "autograder" / "guard.py")
         # Colab's own module, as a no-op stand-in: a notebook saved on Colab mounts Drive or
         # uploads files in cells of its own, which must not cost points where there is no Colab
         (site / "google" / "colab").mkdir(parents=True)  # `google` stays a namespace package
@@ -264,7 +270,9 @@ class Sandbox:
             folder = Path(spec.origin).resolve().parent
             visible = any(r == folder or r in folder.parents for r in [*bound, Path("/usr")])
             if spec.submodule_search_locations and visible:
-                args += ["--tmpfs", str(folder)]  # the stub on PYTHONPATH explains the absence
+                # the stub over the real folder: any path to it (a symbolic link, lib64, a
+                # sys.path entry of the student's own) finds the stub that says why
+                args += ["--ro-bind", str(self.support / "site" / name), str(folder)]
         return args
 
     def _dirs_for(self, path: Path, made: set[Path]) -> list[str]:
@@ -298,6 +306,7 @@ class Sandbox:
         args += self._withheld_mounts(bound)
         args += ["--perms", "0755", "--dir", "/grader",
                  "--ro-bind", str(self.support / "runner.py"), "/grader/runner.py",
+                 "--ro-bind", str(self.support / "guard.py"), "/grader/guard.py",
                  "--ro-bind", str(self.support / "site"), "/grader/site",
                  "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch",
                  "--chdir", "/scratch", "--unshare-net", "--unshare-pid", "--unshare-ipc",
@@ -315,6 +324,8 @@ class Sandbox:
                "PYTHONPATH": site, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde", "SEQLAB_FAST": "1"}
+        if self.refuse_attention:
+            env["GRADER_REFUSE_ATTENTION"] = "1"
         if not self.cgroups:
             env["GRADER_RLIMIT_AS_MB"] = str(self.limits.memory_mb)
             env["GRADER_RLIMIT_NPROC"] = str(self.limits.max_procs)
@@ -339,6 +350,15 @@ class Sandbox:
                                 stderr=subprocess.DEVNULL, cwd=scratch, env=env,
                                 start_new_session=True)
         return proc, groups
+
+    @staticmethod
+    def cleanup(name: str) -> None:
+        """Remove what a sandbox named ``name`` left if its grading worker died with it: its
+        cgroups (processes there are killed; bubblewrap's own processes die with the worker)."""
+        for folder in (*(CGROUP_V1 / c / CGROUP_PARENT / name for c in ("memory", "pids")),
+                       CGROUP_V1 / CGROUP_PARENT / name):
+            if folder.is_dir():
+                _empty_and_remove(folder)
 
     @staticmethod
     def stop(proc: subprocess.Popen, groups: dict[str, Path]) -> bool:

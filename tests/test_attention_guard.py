@@ -1,16 +1,16 @@
-"""Assignment 04 forbids torch's fused attention, and the grader enforces it at torch's dispatcher.
+"""Assignment 04 asks for attention computed by hand; in its sandbox torch's attention refuses.
 
 One sandboxed grading run (2 workers) covers the honest solution and one submission per way of
-cheating; each cheat replaces only the ``sdpa`` answer and must lose exactly the 3 points of the
-test that grades it through ``own_work``, with a message saying why. The visible test calls the
-answer outside ``own_work``, where fused attention works as usual, so cheaters keep that point.
-A second part checks ``own_work`` in a student's own kernel (no sandbox), where the same guard
-runs best effort. Needs bubblewrap for the first part (``.ci/run`` installs it).
+reaching torch's attention that a student found or might find: fused operators by any name,
+ONNX's operator and its Python wrapper, decompositions, the Python multi-head functions and
+modules, torch's source copied at run time, and attempts to undo the refusals (the profiler
+switched off from C, the garbage collector searched for the guard, ctypes). Each replaces only
+the ``sdpa`` answer and must lose exactly that answer's two test cells, with a message saying
+why. A second part checks ``own_work`` in a student's own kernel (no sandbox), where the same
+refusals hold for one call and are undone after it. Needs bubblewrap for the first part.
 """
 
-import gc
 import json
-import sys
 
 import pytest
 import torch
@@ -53,41 +53,11 @@ def fused_by(call: str, first: str = "") -> str:
         "_weights(query, key, mask)\n")
 
 
-REMOVES = WEIGHTS + '''
-def scaled_dot_product_attention(query, key, value, mask=None):
-    import autograder.checks
-    autograder.checks.own_work = lambda fn, *args, **kwargs: fn(*args, **kwargs)
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.library.Library) and any("attention" in name
-                                                           for name in obj._op_impls):
-            obj._destroy()
-    out = torch.ops.aten.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-    return out, _weights(query, key, mask)
-'''
+def cheat(body: str) -> str:
+    """An answer with honest weights whose output comes from ``body`` (torch's attention)."""
+    return WEIGHTS + ("\ndef scaled_dot_product_attention(query, key, value, mask=None):\n"
+                      f"{body}    return out, _weights(query, key, mask)\n")
 
-REINSTALLS = WEIGHTS + '''
-def scaled_dot_product_attention(query, key, value, mask=None):
-    """Take the monitor off, use fused attention, put the very same kernels back."""
-    fused = torch.ops.aten.scaled_dot_product_attention
-    armed = next((o for o in gc.get_objects() if type(o).__name__ == "_Armed"), None)
-    if armed is None:  # not graded right now
-        return fused(query, key, value, attn_mask=mask), _weights(query, key, mask)
-    kernels = {}
-    for f in gc.get_objects():
-        if type(f) is type(_weights) and f.__name__ == "refuse":
-            cells = dict(zip(f.__code__.co_freevars, (c.cell_contents for c in f.__closure__)))
-            if cells.get("used") is armed.used:
-                kernels[cells["op"]] = f
-    lib, handle = armed.lib, armed.handle
-    registrations = [entry.split("/")[1:] for entry in lib._op_impls]
-    lib._destroy()
-    out = fused(query, key, value, attn_mask=mask)
-    lib.m = handle
-    for name, dispatch_key in registrations:
-        handle.impl(name, dispatch_key, kernels["aten::" + name], False)
-    lib._op_impls.update(f"aten/{name}/{dispatch_key}" for name, dispatch_key in registrations)
-    return out, _weights(query, key, mask)
-'''
 
 LAZY = WEIGHTS + '''
 class Pair:
@@ -106,16 +76,54 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     return Pair(query, key, value, mask)
 '''
 
-CHEATS = {  # student -> (sdpa answer, what the failed test's message must say)
+REFUSED = "is torch's own attention, which is switched off while this assignment is graded"
+CHEATS = {  # student -> (sdpa answer, what the failed tests' messages must say)
     "aten_op": (fused_by("torch.ops.aten.scaled_dot_product_attention"),
-                "calls scaled_dot_product_attention: answers must compute attention themselves"),
+                "aten::scaled_dot_product_attention " + REFUSED),
     "c_nn": (fused_by("torch._C._nn.scaled_dot_product_attention"),
-             "calls scaled_dot_product_attention: answers must compute attention themselves"),
-    "profiler_off": (fused_by("F.scaled_dot_product_attention", "    sys.setprofile(None)\n"),
-                     "the call monitor was switched off"),
-    "removes_monitor": (REMOVES, "the fused-attention monitor was disabled during your function"),
-    "reinstalls_monitor": (REINSTALLS, "the fused-attention monitor was disabled during your "
-                                       "function"),
+             "aten::scaled_dot_product_attention " + REFUSED),
+    # the profiler the rules used to rest on, switched off from C code: nothing rests on it now
+    "profiler_off": (fused_by("F.scaled_dot_product_attention",
+                              "    list(map(sys.setprofile, [None]))\n"),
+                     "aten::scaled_dot_product_attention " + REFUSED),
+    "flash_kernel": (cheat("    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu("
+                           "query, key, value)[0]\n"),
+                     "aten::_scaled_dot_product_flash_attention_for_cpu " + REFUSED),
+    "onnx_attention": (cheat("    import torch.onnx.ops\n"
+                             "    out = torch.ops.onnx.Attention.opset23(query, key, value)[0]\n"),
+                       "onnx::Attention.opset23 " + REFUSED),
+    "onnx_python": (cheat("    import torch.onnx.ops\n"
+                          "    out = torch.onnx.ops.attention(query, key, value)[0]\n"),
+                    "torch.onnx.ops.attention " + REFUSED),
+    "decomposition": (cheat("    from torch._decomp import decompositions as d\n"
+                            "    out = d.scaled_dot_product_flash_attention_for_cpu("
+                            "query, key, value)[0]\n"),
+                      "scaled_dot_product_flash_attention_for_cpu " + REFUSED),
+    "multihead_function": (cheat(
+        "    b, t, e = query.shape[0], query.shape[-2], query.shape[-1]\n"
+        "    eye = torch.eye(e, dtype=query.dtype)\n"
+        "    out = F.multi_head_attention_forward(query.transpose(0, 1), key.transpose(0, 1), "
+        "value.transpose(0, 1), e, 1, torch.cat([eye] * 3), None, None, None, False, 0.0, eye, "
+        "None, need_weights=False)[0].transpose(0, 1)\n"),
+        "torch.nn.functional.multi_head_attention_forward " + REFUSED),
+    "quantizable_module": (cheat(
+        "    from torch.ao.nn.quantizable import MultiheadAttention\n"
+        "    out = MultiheadAttention(query.shape[-1], 1)(query, key, value)[0]\n"),
+        "MultiheadAttention.__init__ " + REFUSED),
+    "copies_torch_source": (cheat(
+        "    import inspect\n"
+        "    scope = {}\n"
+        "    exec(inspect.getsource(F.multi_head_attention_forward), vars(F) | scope, scope)\n"
+        "    out = query\n"), "could not get source code"),
+    "digs_for_the_guard": (cheat(
+        "    import gc\n"
+        "    for obj in gc.get_objects():\n"
+        "        if type(obj).__name__ == 'PyLibrary' or 'Library' in type(obj).__name__:\n"
+        "            obj.reset()\n"
+        "    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)\n"),
+        "walking the garbage collector's objects is not possible"),
+    "ctypes": (cheat("    import ctypes\n    ctypes.pythonapi.Py_IncRef\n    out = query\n"),
+               "using ctypes is not possible"),
 }
 
 
@@ -152,18 +160,24 @@ def test_the_honest_solution_gets_full_marks(graded):
 
 
 @pytest.mark.parametrize("student", sorted(CHEATS))
-def test_each_cheat_loses_exactly_the_graded_attention_test(graded, student):
+def test_each_cheat_loses_exactly_the_attention_tests(graded, student):
+    """Torch's attention is off in the whole sandbox, so the visible test (1 point) refuses
+    the cheat as the hidden ones (3) do; every other answer keeps its points."""
     rows, out = graded
     row = rows[student]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", FULL - 3, FULL), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", FULL - 4, FULL), row
     failed = [t for t in feedback(out, student) if not t["passed"]]
-    assert [t["test"] for t in failed] == ["test_sdpa_random"], failed
-    assert CHEATS[student][1] in failed[0]["message"], failed[0]["message"]
+    assert [t["test"] for t in failed] == ["test_sdpa_visible", "test_sdpa_random"], failed
+    for test in failed:
+        assert CHEATS[student][1] in test["message"], test["message"]
+    # a cell made only of hidden tests says so: it never claims visible tests that passed
+    assert failed[1]["message"].startswith("a hidden check failed (this cell has no visible "
+                                           "tests): RuntimeError: "), failed[1]["message"]
 
 
 def test_a_result_computed_after_the_call_is_refused_as_not_a_tuple(graded):
-    """An object that runs fused attention only when unpacked, outside the watched call, is not
-    the tuple the spec asks for: both attention tests refuse it before unpacking it."""
+    """An object that would run torch's attention only when unpacked is not the tuple the spec
+    asks for: both attention tests refuse it before unpacking it."""
     rows, out = graded
     assert (rows["lazy_result"]["status"], rows["lazy_result"]["score"]) == ("graded", FULL - 4)
     failed = {t["test"]: t["message"] for t in feedback(out, "lazy_result") if not t["passed"]}
@@ -190,28 +204,19 @@ ROUTES = {
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
-def test_own_work_in_a_students_kernel_catches_every_route(route):
-    with pytest.raises(AssertionError, match="answers must compute attention themselves"):
+def test_own_work_in_a_students_kernel_refuses_every_route(route):
+    with pytest.raises(RuntimeError, match="torch's own attention"):
         own_work(ROUTES[route], q4(), forbidden_calls=NO_FUSED_ATTENTION)
     assert F.scaled_dot_product_attention(*[q4()] * 3).shape == (1, 2, 3, 4)  # torch as usual
+    assert torch.nn.MultiheadAttention(4, 1)(*[q4()[0]] * 3)[0].shape == (2, 3, 4)
 
 
-def test_own_work_in_a_students_kernel_passes_honest_work_and_fails_closed():
+def test_own_work_in_a_students_kernel_passes_honest_work_and_checks_its_rules():
     q = q4()
     honest = own_work(lambda q: torch.softmax(q @ q.transpose(-2, -1) / 2, -1) @ q, q,
                       forbidden_calls=(F.scaled_dot_product_attention,))
     assert torch.allclose(honest, F.scaled_dot_product_attention(q, q, q))
-
-    def removes(q):  # only the guard's Library: torch's own ones stay, for later tests
-        for obj in gc.get_objects():
-            if type(obj) is torch.library.Library and (
-                    "aten/scaled_dot_product_attention/CompositeImplicitAutograd" in obj._op_impls):
-                obj._destroy()
-        return torch.ops.aten.scaled_dot_product_attention(q, q, q)
-
-    with pytest.raises(AssertionError, match="monitor was disabled"):
-        own_work(removes, q, forbidden_calls=NO_FUSED_ATTENTION)
-    with pytest.raises(AssertionError, match="monitor was switched off"):
-        own_work(lambda q: sys.setprofile(None), q, forbidden_calls=NO_FUSED_ATTENTION)
     with pytest.raises(TypeError, match="forbidden_calls"):
         own_work(lambda q: q, q, forbidden_calls="torch.nn.MultiheadAttention")
+    with pytest.raises(TypeError, match="only torch's attention"):
+        own_work(lambda q: q, q, forbidden_calls=(torch.matmul,))

@@ -60,12 +60,13 @@ def test_own_work_catches_the_library_however_imported():
     def honest(lps):
         return math.exp(-sum(lps) / len(lps))
 
-    def cheat(lps):
+    def perplexity_cheat(lps):
         return renamed(lps)
 
     assert own_work(honest, [math.log(0.5)]) == pytest.approx(2.0)
-    with pytest.raises(AssertionError, match="calls seqlab"):
-        own_work(cheat, [math.log(0.5)])
+    with pytest.raises(AssertionError, match="perplexity_cheat uses seqlab, which is not "
+                                             "available while your notebook is graded"):
+        own_work(perplexity_cheat, [math.log(0.5)])
 
 
 def test_own_work_catches_autograd():
@@ -79,11 +80,11 @@ def test_own_work_catches_autograd():
 
     forbidden = ("seqlab", "torch.autograd")
     assert own_work(by_hand, np.ones(2), forbidden=forbidden).tolist() == [2.0, 2.0]
-    with pytest.raises(AssertionError, match="calls torch.autograd"):
+    with pytest.raises(AssertionError, match="uses torch.autograd"):
         own_work(by_autograd, np.ones(2), forbidden=forbidden)
 
 
-def test_own_work_catches_compiled_functions():
+def test_own_work_refuses_torchs_compiled_attention():
     import torch.nn.functional as F
 
     q = torch.randn(1, 2, 3)
@@ -91,7 +92,7 @@ def test_own_work_catches_compiled_functions():
     def fused(q):
         return F.scaled_dot_product_attention(q, q, q)
 
-    with pytest.raises(AssertionError, match="calls scaled_dot_product_attention"):
+    with pytest.raises(RuntimeError, match="scaled_dot_product_attention is torch's own"):
         own_work(fused, q, forbidden_calls=(F.scaled_dot_product_attention,))
     own_work(lambda q: torch.softmax(q @ q.transpose(1, 2), -1) @ q, q,
              forbidden_calls=(F.scaled_dot_product_attention,))

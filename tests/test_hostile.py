@@ -173,6 +173,15 @@ def cases(out, port) -> dict:
             "try:\n    lm = importlib.import_module('seqlab.lm')\nexcept ImportError:\n"
             "    import nltk.lm as lm\n\ndef perplexity(log_probs):\n"
             "    return lm.perplexity(log_probs)\n")), (15, "graded", "ImportError")),
+        "symlinked_import": (solution(perplexity=(
+            "import os, sys, sysconfig\n"
+            "os.symlink(sysconfig.get_paths()['purelib'], '/scratch/site')  # another path to it\n"
+            "sys.path.insert(0, '/scratch/site')\nsys.modules.pop('nltk', None)\n\n"
+            "def perplexity(log_probs):\n    import nltk.lm\n"
+            "    return nltk.lm.api.LanguageModel\n")),
+            (15, "graded", "nltk is not available while your notebook is graded")),
+        "symlink_to_master": (source_notebook(A).resolve(),
+                              (0, "ungradable", "is a symbolic link, which is never followed")),
         "spy": (with_cell(solution(), "perplexity", spy), (FULL, "graded", "")),
         "network": (with_cell(solution(), "perplexity", (
             "import urllib.request\ntry:\n    urllib.request.urlopen("
@@ -235,6 +244,9 @@ def hostile(tmp_path_factory, server):
             (folder / "notes.txt").write_text("forgot the notebook")
             continue
         path = folder / ("my_homework.ipynb" if student == "correct" else f"{A}.ipynb")
+        if isinstance(nb, os.PathLike):  # a link to a file the grader must never read
+            path.symlink_to(nb)
+            continue
         path.write_text(nb if isinstance(nb, str) else json.dumps(nb))
         stamp = (DUE + timedelta(days=1.5)).timestamp() if student == "late" else on_time
         os.utime(path, (stamp, stamp))
@@ -256,7 +268,8 @@ def expect_row(table, rows, student):
 
 STUDENTS = [
     "correct", "partly", "syntax_error", "equal_to_anything", "float_that_lies",
-    "patches_comparisons", "breaks_ipython", "uses_reference", "finds_reference", "spy",
+    "patches_comparisons", "breaks_ipython", "uses_reference", "finds_reference",
+    "symlinked_import", "symlink_to_master", "spy",
     "network", "os_exit", "segfault", "out_of_memory", "infinite_loop", "loop_in_answer",
     "ignores_alarm", "sys_exit", "noisy", "huge_output", "fork_bomb", "random_answer",
     "tampered_tests", "stripped_metadata", "foreign_format", "duplicated_answer", "late",
@@ -349,7 +362,7 @@ def test_serial_grading_gives_the_same_rows(hostile, tmp_path):
     again = tmp_path / "subs"
     again.mkdir()
     for student in chosen:
-        os.symlink(subs / student, again / student)
+        shutil.copytree(subs / student, again / student)
     serial = grade(A, again, tmp_path / "out", limits=LIMITS, workers=1, policy=policy,
                    log=lambda *a: None)
     assert serial == [rows[s] for s in sorted(chosen)]

@@ -44,14 +44,16 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
                      and "__pycache__" not in p.parts and p.suffix != ".pyc")
     assert "seqlab/data/bundled/tinyshakespeare.txt.gz" in library  # the shipped corpora
     assert files == sorted(
-        ["README.md", "pyproject.toml", "autograder/__init__.py", "autograder/checks.py"]
+        ["README.md", "pyproject.toml", "autograder/__init__.py", "autograder/checks.py",
+         "autograder/guard.py"]
         + [f"notebooks/{name}" for name in lectures] + [f"lib/{path}" for path in library]
         + [f"assignments/{name}/{name}.ipynb" for name in NAMES])
     assert not [f for f in files if any(bad in f for bad in FORBIDDEN)]
-    assert [f for f in files if f.startswith("autograder/")] == ["autograder/__init__.py",
-                                                                 "autograder/checks.py"]
-    assert (edition / "autograder" / "checks.py").read_text() == \
-        (ROOT / "autograder" / "checks.py").read_text()
+    assert [f for f in files if f.startswith("autograder/")] == [
+        "autograder/__init__.py", "autograder/checks.py", "autograder/guard.py"]
+    for name in ("checks.py", "guard.py"):
+        assert (edition / "autograder" / name).read_text() == \
+            (ROOT / "autograder" / name).read_text()
     shipped = tomllib.loads((edition / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert shipped["package-data"]["seqlab.data"] == ["bundled/*.gz", "bundled/README.md"]
 
@@ -59,10 +61,11 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
 def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
     """Every file, notebooks cell by cell, against every line of every assignment's solution
     and hidden-test regions. Not counted: one-word lines (``pass``, ``else:``, ``)``), lines the
-    library holds (the public reference implementation: answers calling it earn nothing), and
+    library or the shipped checks hold (public: answers calling the library earn nothing), and
     lines some assignment shows in its public cells (the edition holds those anyway)."""
-    public = {line.strip() for p in (ROOT / "lib" / "seqlab").rglob("*.py")
-              for line in p.read_text().splitlines()}
+    shipped = [*(ROOT / "lib" / "seqlab").rglob("*.py"), ROOT / "autograder" / "checks.py",
+               ROOT / "autograder" / "guard.py"]  # public by design: the edition holds them
+    public = {line.strip() for p in shipped for line in p.read_text().splitlines()}
     hidden = {}
     for name in NAMES:
         inside, outside = regions(nbformat.read(source_notebook(name), as_version=4))

@@ -16,7 +16,7 @@ from grading_faults import job
 
 from autograder.course import source_notebook
 from autograder.grade import grade
-from autograder.sandbox import Limits, sandbox_problem
+from autograder.sandbox import sandbox_problem
 from autograder.workers import Failure, run_jobs
 
 FAULTS = {"exit": "raised SystemExit: 3", "interrupt": "raised KeyboardInterrupt",

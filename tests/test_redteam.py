@@ -1,0 +1,188 @@
+"""A determined student against the grader, by attack class; honest unusual work beside it.
+
+Each class is one grading run of a small class, every row asserted with its exact points and
+message. Other classes live beside this file: torch's attention reached by any route in
+``test_attention_guard.py`` (04), sandbox escapes and run-stoppers of one notebook in
+``test_hostile.py`` and ``test_workers.py``, pasted code in ``test_similarity.py``. Needs
+bubblewrap (``.ci/run`` installs it).
+"""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from test_hostile import cell_of
+
+from autograder.course import source_notebook
+from autograder.grade import grade
+from autograder.sandbox import Limits, sandbox_problem
+
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")
+LIMITS = Limits(timeout_cell=30, timeout_notebook=200, memory_mb=2048, max_procs=64)
+
+
+def notebook(assignment: str, **answers) -> dict:
+    nb = json.loads(source_notebook(assignment).read_text())
+    for gid, source in answers.items():
+        cell_of(nb, gid)["source"] = source
+    return nb
+
+
+def feedback(out, student) -> dict[str, dict]:
+    tests = json.loads((out / "feedback" / student / "feedback.json").read_text())["tests"]
+    return {t["test"]: t for t in tests}
+
+
+def graded(tmp, assignment, students: dict[str, dict]) -> tuple[dict, object]:
+    for student, nb in students.items():
+        (tmp / "subs" / student).mkdir(parents=True)
+        (tmp / "subs" / student / f"{assignment}.ipynb").write_text(json.dumps(nb))
+    rows = grade(assignment, tmp / "subs", tmp / "out", limits=LIMITS, workers=2,
+                 log=lambda *a: None)
+    assert sorted(r["student_id"] for r in rows) == sorted(students)  # every row is there
+    return {r["student_id"]: r for r in rows}, tmp / "out"
+
+
+# ------------------------------------------------------------------ 02: gradients by hand
+A02 = "02_rnn_backprop"
+NUMERIC_HEAD = '''def rnn_backward(params, ids, targets, hs, probs):
+    """Every gradient from the loss alone: no backpropagation written."""
+    theta = {**params, "h0": hs[0]}
+    grads = {}
+    for name, value in theta.items():
+        grads[name] = np.zeros_like(value)
+        for index in np.ndindex(value.shape):
+'''
+COMPLEX_STEP = NUMERIC_HEAD + '''\
+            moved = {k: v.astype(complex) for k, v in theta.items()}
+            moved[name][index] += 1e-30j
+            rest = {k: v for k, v in moved.items() if k != "h0"}
+            loss = _complex_loss(rest, ids, targets, moved["h0"])
+            grads[name][index] = loss.imag / 1e-30
+    return grads
+
+
+def _complex_loss(p, ids, targets, h):
+    total = 0
+    for x, y in zip(ids, targets):
+        h = np.tanh(p["W"] @ p["E"][x] + p["U"] @ h + p["b"])
+        z = p["V"] @ h + p["c"]
+        z = z - z.real.max()
+        total = total + np.log(np.exp(z).sum()) - z[y]
+    return total / len(ids)
+'''
+FINITE_DIFFERENCES = NUMERIC_HEAD + '''\
+            up = {k: v.copy() for k, v in theta.items()}
+            down = {k: v.copy() for k, v in theta.items()}
+            up[name][index] += 1e-6
+            down[name][index] -= 1e-6
+            loss_up = rnn_forward({k: v for k, v in up.items() if k != "h0"}, ids, targets,
+                                  up["h0"])[2]
+            loss_down = rnn_forward({k: v for k, v in down.items() if k != "h0"}, ids,
+                                    targets, down["h0"])[2]
+            grads[name][index] = (loss_up - loss_down) / 2e-6
+    return grads
+'''
+LOOPS = '''def rnn_backward(params, ids, targets, hs, probs):
+    """Honest BPTT written with Python loops over every matrix entry: slow, not numerical."""
+    E, W, U, V = params["E"], params["W"], params["U"], params["V"]
+    T, H, C, D = len(ids), hs.shape[1], V.shape[0], E.shape[1]
+    g = {k: np.zeros_like(params[k]) for k in ("E", "W", "U", "b", "V", "c")}
+    carry = np.zeros(H)
+    for t in reversed(range(T)):
+        dz = probs[t].copy()
+        dz[targets[t]] -= 1
+        dz /= T
+        for i in range(C):
+            for j in range(H):
+                g["V"][i, j] += dz[i] * hs[t + 1][j]
+        g["c"] += dz
+        da = (V.T @ dz + carry) * (1 - hs[t + 1] ** 2)
+        for i in range(H):
+            for j in range(H):
+                g["U"][i, j] += da[i] * hs[t][j]
+            for j in range(D):
+                g["W"][i, j] += da[i] * E[ids[t]][j]
+        g["b"] += da
+        g["E"][ids[t]] += W.T @ da
+        carry = U.T @ da
+    g["h0"] = carry
+    return g
+'''
+AUTOGRAD = '''def rnn_backward(params, ids, targets, hs, probs):
+    import torch
+
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    h = torch.tensor(hs[0], requires_grad=True)
+    return {k: v.grad.numpy() for k, v in tp.items()}
+'''
+CLASS_02 = {  # student -> (rnn_backward answer, score, the message of what it lost)
+    "honest": (None, 14, {}),
+    "loops_in_python": (LOOPS, 14, {}),
+    "complex_step": (COMPLEX_STEP, 13, {"test_rnn_backward_cost": "is not backpropagation"}),
+    "finite_differences": (FINITE_DIFFERENCES, 13,
+                           {"test_rnn_backward_cost": "is not backpropagation"}),
+    "autograd": (AUTOGRAD, 9, {t: "torch is not available while your notebook is graded" for t in
+                               ("test_rnn_backward_numeric", "test_rnn_backward_random",
+                                "test_rnn_backward_cost")}),
+}
+
+
+@pytest.fixture(scope="module")
+def class_02(tmp_path_factory):
+    students = {s: notebook(A02, **({"rnn_backward": a} if a else {}))
+                for s, (a, _, _) in CLASS_02.items()}
+    return graded(tmp_path_factory.mktemp("redteam02"), A02, students)
+
+
+@pytest.mark.parametrize("student", sorted(CLASS_02))
+def test_gradients_must_come_from_backpropagation(class_02, student):
+    rows, out = class_02
+    _, score, lost = CLASS_02[student]
+    row = rows[student]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", score, 14), row
+    failed = {t: r["message"] for t, r in feedback(out, student).items() if not r["passed"]}
+    assert sorted(failed) == sorted(lost), failed
+    for test, message in lost.items():
+        assert message in failed[test], failed[test]
+
+
+# ------------------------------------ values that name modules, files beside the notebook
+A01 = "01_language_models"
+PLANTED = '''import pathlib, sys
+pathlib.Path(__file__).with_name("IMPORTED").write_text("the grader ran the student's file")
+sys.exit(2)
+'''
+MODULE_ANSWER = '''import types
+
+
+def perplexity(log_probs):
+    """Returns a module named after the .py file the student put beside the notebook."""
+    return types.ModuleType("subs.mallory.planted")
+'''
+
+
+def test_a_module_value_never_makes_the_grader_import_the_students_file(tmp_path):
+    """The attack that once ran a student's file as root: a .py beside the notebook, in a
+    submissions folder importable from where the instructor starts the grader, and an answer
+    whose value names it. Graded through the command line from that folder."""
+    subs = tmp_path / "subs"
+    for student, nb in (("mallory", notebook(A01, perplexity=MODULE_ANSWER)),
+                        ("alice", notebook(A01))):
+        (subs / student).mkdir(parents=True)
+        (subs / student / f"{A01}.ipynb").write_text(json.dumps(nb))
+    (subs / "mallory" / "planted.py").write_text(PLANTED)  # subs.mallory.planted: importable
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", A01, "--submissions",
+                             "subs", "--out", "out", "--workers", "2"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (subs / "mallory" / "IMPORTED").exists()
+    with open(tmp_path / "out" / "grades.csv") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle)}
+    assert sorted(rows) == ["alice", "mallory"]
+    assert (rows["alice"]["status"], float(rows["alice"]["score"])) == ("graded", 18)
+    assert (rows["mallory"]["status"], float(rows["mallory"]["score"])) == ("graded", 15)
+    assert "test_perplexity" in rows["mallory"]["message"]
+    assert "should be a float, got module" in rows["mallory"]["message"]
