@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +26,26 @@ def _limits(args):
     from .sandbox import Limits
 
     return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs)
+
+
+def _doctor(limits, course: Path) -> str:
+    """The isolation grading would use here, each limit in force or not and why, the fix."""
+    import tempfile
+
+    from .isolation import choose, report
+    from .sandbox import Sandbox, support_folder
+
+    try:
+        isolation = choose()
+    except RuntimeError as err:
+        return f"isolation: NONE AVAILABLE\n  {err}"
+    with tempfile.TemporaryDirectory() as tmp:
+        sandbox = Sandbox(support_folder(Path(tmp), isolation), limits, isolation)
+        try:
+            return report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
+                          f"{limits.timeout_notebook:g} s per notebook", course)
+        finally:
+            shutil.rmtree(sandbox.support, ignore_errors=True)
 
 
 def _grader_path() -> None:
@@ -94,6 +115,10 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path, required=True)
     _limit_flags(p)
 
+    p = commands.add_parser("doctor", help="say which isolation grading would use here, which "
+                                           "limits hold, and what to fix")
+    _limit_flags(p)
+
     p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")
     p.add_argument("--independence", action="store_true",
@@ -133,6 +158,8 @@ def main(argv=None) -> int:
             path = bundle(check_assignment(args.assignment, args.course), args.out, args.course,
                           _limits(args))
             print(f"Gradescope bundle written to {path}")
+        elif args.command == "doctor":
+            print(_doctor(_limits(args), args.course))
         elif args.command == "gradescope-run":
             from .gradescope import run
 

@@ -14,9 +14,7 @@ import builtins
 import contextlib
 import io
 import re
-import shutil
 import time
-from pathlib import Path
 
 from .normalize import Step
 from .release import has_visible_code, hidden_lines
@@ -97,20 +95,17 @@ def _failed_in_hidden(exc: BaseException, filename: str, hidden: set[int]) -> bo
     return line in hidden
 
 
-def grade_steps(steps: list[Step], sandbox, name: str, scratch: Path) -> Result:
-    """Grade one planned submission (``normalize.plan``) in a sandbox of its own named ``name``;
-    ``scratch`` is its working folder, removed afterwards. Every way of grading calls this."""
-    try:
-        return Grading(steps, sandbox, name, Path(scratch)).run()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+def grade_steps(steps: list[Step], sandbox, name: str) -> Result:
+    """Grade one planned submission (``normalize.plan``) in a sandbox of its own named ``name``.
+    Every way of grading calls this."""
+    return Grading(steps, sandbox, name).run()
 
 
 class Grading:
     """Runs a plan; collects per-cell outputs and per-test results."""
 
-    def __init__(self, steps: list[Step], sandbox, name: str, scratch: Path):
-        self.steps, self.sandbox, self.name, self.scratch = steps, sandbox, name, scratch
+    def __init__(self, steps: list[Step], sandbox, name: str):
+        self.steps, self.sandbox, self.name = steps, sandbox, name
         self.limits = sandbox.limits
         self.trusted = {"__name__": TEST_MODULE, "__builtins__": builtins}
         self.outputs: list[dict] = [{} for _ in steps]
@@ -122,7 +117,7 @@ class Grading:
         start = time.monotonic()
         stop, session, i = "", None, 0
         try:
-            session = Session(self.sandbox, self.name, self.scratch)
+            session = Session(self.sandbox, self.name)
             for i, step in enumerate(self.steps):
                 left = self.limits.timeout_notebook - (time.monotonic() - start)
                 if left <= 0:

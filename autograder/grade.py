@@ -24,11 +24,12 @@ import nbformat
 from . import gradebook
 from .course import COURSE, check_assignment, generate, source_notebook, working_course
 from .feedback import write_feedback
+from .isolation import UID, Isolation, choose, refuse_if_exposed
 from .late import LatePolicy, load_timestamps
 from .normalize import Step, master_step, plan, read_notebook, refuses_attention, withheld
 from .remote import START_SECONDS
 from .results import Result, Status
-from .sandbox import Limits, Sandbox, sandbox_problem
+from .sandbox import Limits, Sandbox, support_folder
 from .submissions import collect
 from .workers import Failure, run_jobs
 
@@ -37,17 +38,17 @@ COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "
 _sandbox: Sandbox | None = None  # one per worker process
 
 
-def _start_worker(support: str, limits: Limits, unsafe: bool, withhold: tuple[str, ...],
-                  refuse_attention: bool) -> None:
+def _start_worker(support: str, limits: Limits, isolation: Isolation,
+                  withhold: tuple[str, ...], refuse_attention: bool) -> None:
     global _sandbox
-    _sandbox = Sandbox(Path(support), limits, unsafe, write=False, withhold=withhold,
+    _sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
                        refuse_attention=refuse_attention)
 
 
-def _grade_one(steps: list[Step], name: str, scratch: str) -> Result:
+def _grade_one(steps: list[Step], name: str) -> Result:
     from .execute import grade_steps
 
-    return grade_steps(steps, _sandbox, name, Path(scratch))
+    return grade_steps(steps, _sandbox, name)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -188,6 +189,7 @@ class _Run:
 
 def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
           limits: Limits | None = None, workers: int | None = None, unsafe: bool = False,
+          isolation: Isolation | None = None,
           policy: LatePolicy | None = None, timestamps: Path | None = None,
           regrade: bool = False, only: list[str] | None = None,
           shard: tuple[int, int] | None = None, log=print) -> list[dict]:
@@ -196,18 +198,16 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
     Grades already in ``out`` are kept: students graded there before are skipped (resume)
     unless ``regrade``; ``only`` regrades the named students and nobody else; either way every
     other row stays as it was, byte for byte, and the gradebook changes only for those graded.
-    ``shard`` (I, N) grades a fixed 1/N of the students (see ``merge``). Returns all rows.
+    ``shard`` (I, N) grades a fixed 1/N of the students (see ``merge``). ``isolation`` is the
+    strongest available unless given (``isolation.choose``). Returns all rows.
     """
     check_assignment(assignment, course)
     limits = limits or Limits()
     workers = (os.cpu_count() or 1) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
-    problem = "" if unsafe else sandbox_problem()
-    if problem:
-        raise RuntimeError(f"cannot sandbox student code: {problem}. Grading without a sandbox "
-                           "lets any submission read the hidden tests and rewrite grades; pass "
-                           "--unsafe-no-sandbox only if you trust every submission")
+    # the strongest there is, unless one is given; RuntimeError saying what to do if none
+    isolation = isolation or choose(unsafe)
     out = Path(out).resolve()
     unpacked = Path(tempfile.mkdtemp(prefix="autograder-unpacked-"))
     try:
@@ -217,14 +217,17 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
         unknown = sorted(set(only or ()) - set(known))
         if unknown:
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
-        return _grade(assignment, subs, out, course, limits, workers, unsafe, policy,
+        if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
+            refuse_if_exposed([Path(course), out, Path(submissions)])
+            out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return _grade(assignment, subs, out, course, limits, workers, isolation, policy,
                       timestamps, regrade, only, shard, log)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
 
 
-def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, timestamps, regrade,
-           only, shard, log) -> list[dict]:
+def _grade(assignment, subs, out, course, limits, workers, isolation, policy, timestamps,
+           regrade, only, shard, log) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     previous = read_grades(out / "grades.csv")
     work = working_course(assignment, out / "course", course)
@@ -244,11 +247,22 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
         if len(todo) < len(mine):
             log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
                 "(--regrade grades them again, --only ID... regrades chosen students)")
-    sandbox = Sandbox(out / "sandbox", limits, unsafe, withhold=withheld(master),
-                      refuse_attention=refuses_attention(master))
+    sandbox = Sandbox(support_folder(out, isolation), limits, isolation,
+                      withhold=withheld(master), refuse_attention=refuses_attention(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {workers} worker(s); "
         f"{sandbox.limits_in_force}")
+    try:
+        _grade_all(run, master, todo, limits, sandbox, workers)
+    finally:
+        if sandbox.support != out / "sandbox":
+            shutil.rmtree(sandbox.support, ignore_errors=True)
+    _write_csv(out / "grades.csv", run.all_rows())
+    return run.all_rows()
 
+
+def _grade_all(run, master, todo, limits, sandbox, workers) -> None:
+    """Plan each submission; a notebook that cannot be planned is its row at once, the rest are
+    graded by the workers."""
     jobs = []
     for sub in todo:
         problem = sub.problem
@@ -264,12 +278,10 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
         else:
             jobs.append((sub, sub.student_id, steps))
     if jobs:
-        _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers)
-    _write_csv(out / "grades.csv", run.all_rows())
-    return run.all_rows()
+        _run_jobs(run, jobs, limits, sandbox, workers)
 
 
-def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
+def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
     """Grade ``jobs`` in parallel; every job ends as exactly one row, whatever its worker does
     (see ``workers.run_jobs``). Ctrl-C stops the run: rows written so far stay, and running
     the same command again grades the students still missing."""
@@ -278,14 +290,13 @@ def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
     run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # sandbox names unique across runs
     names = {student: f"{run_id}-{i}" for i, (_, student, _) in enumerate(jobs)}
     by_student = {student: (sub, steps) for sub, student, steps in jobs}
-    work = ((student, (steps, names[student], str(out / "scratch" / student)))
-            for _, student, steps in jobs)
+    work = ((student, (steps, names[student])) for _, student, steps in jobs)
     # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
     deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
     results = run_jobs(work, _grade_one, workers, deadline, setup=_start_worker,
-                       setup_args=(str(sandbox.support), limits, unsafe, sandbox.withheld,
-                                   sandbox.refuse_attention),
-                       on_failure=lambda student: Sandbox.cleanup(names[student]))
+                       setup_args=(str(sandbox.support), limits, sandbox.isolation,
+                                   sandbox.withheld, sandbox.refuse_attention),
+                       on_failure=lambda student: sandbox.cleanup(names[student]))
     try:
         for student, result in results:
             sub, steps = by_student[student]
@@ -301,11 +312,9 @@ def _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers) -> None:
         results.close()
         left = [s for s in by_student if s not in run.rows]
         run.log(f"interrupted: {len(run.rows)} of {len(by_student)} graded and written to "
-                f"{out / 'grades.csv'}; run the same command again to grade the other "
+                f"{run.out / 'grades.csv'}; run the same command again to grade the other "
                 f"{len(left)}")
         raise
-    finally:
-        shutil.rmtree(out / "scratch", ignore_errors=True)
 
 
 def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:

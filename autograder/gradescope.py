@@ -4,23 +4,28 @@
 ``setup.sh`` (builds the image: bubblewrap, a venv with this project), ``run_autograder`` (grades
 ``/autograder/submission`` and writes ``/autograder/results/results.json``), the course's master
 notebook (hidden tests; outside the sandbox's view) and this project's source. ``run`` is what
-``run_autograder`` calls. Set ``AUTOGRADER_ROOT`` (and ``AUTOGRADER_PYTHON``) to try a bundle
-outside Gradescope, against a folder laid out like ``/autograder``.
+``run_autograder`` calls. Gradescope's container has Docker's default capabilities, where
+bubblewrap cannot start: grading then uses the uid fallback (``isolation``), for which
+``run_autograder`` first makes the hidden tests, the results and the submission root's alone.
+Set ``AUTOGRADER_ROOT`` (and ``AUTOGRADER_PYTHON``) to try a bundle outside Gradescope, against
+a folder laid out like ``/autograder``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
 
 from .course import COURSE, check_assignment, source_notebook
+from .isolation import UID, choose, refuse_if_exposed
 from .normalize import master_step, plan, read_notebook, refuses_attention, withheld
 from .release import has_visible_code
 from .results import gradescope_tests
-from .sandbox import Limits, Sandbox, sandbox_problem
+from .sandbox import Limits, Sandbox, support_folder
 from .submissions import choose_notebook, student_files
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -30,7 +35,7 @@ SETUP = """#!/usr/bin/env bash
 # Gradescope image setup: choose the Ubuntu 24.04 base image (Python 3.12).
 set -euo pipefail
 apt-get update
-apt-get install -y --no-install-recommends bubblewrap python3 python3-venv python3-pip
+apt-get install -y --no-install-recommends bubblewrap util-linux python3 python3-venv python3-pip
 python3 -m venv /autograder/venv
 # Gradescope has no GPU: the CPU wheel of torch is a tenth of the size.
 /autograder/venv/bin/pip install --no-cache-dir torch --index-url https://download.pytorch.org/whl/cpu
@@ -42,6 +47,8 @@ RUN = """#!/usr/bin/env bash
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
 mkdir -p "$ROOT/results"
+# the uid fallback's sandboxes must not read the hidden tests, the results or the submission
+chmod -R go-rwx "$ROOT/source" "$ROOT/results" "$ROOT/submission"
 cd "$ROOT/source"
 exec "$PYTHON" -m autograder --course "$ROOT/source/course" gradescope-run {assignment} \\
     --submission "$ROOT/submission" --results "$ROOT/results/results.json" {flags}
@@ -97,10 +104,9 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
              "visibility": "visible" if has_visible_code(s.source) else "hidden"}
             for s in steps_master if s.kind == "test"]
     try:
-        problem = sandbox_problem()
-        if problem:
-            raise RuntimeError(f"the autograder cannot sandbox student code here: {problem}; "
-                               "please tell your instructor")
+        isolation = choose()  # RuntimeError saying why there is none
+        if isolation.kind == UID:  # no mounts hide the hidden tests: permissions must
+            refuse_if_exposed([Path(course), results.parent, Path(submission)])
         chosen = choose_notebook("student", student_files(Path(submission)), assignment,
                                  Path(tempfile.mkdtemp()))
         if chosen.problem:
@@ -108,13 +114,16 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
         else:
             steps = plan(master, read_notebook(chosen.notebook))
             with tempfile.TemporaryDirectory() as tmp:
-                sandbox = Sandbox(Path(tmp) / "support", limits or Limits(),
-                                  withhold=withheld(master),
+                sandbox = Sandbox(support_folder(Path(tmp), isolation), limits or Limits(),
+                                  isolation, withhold=withheld(master),
                                   refuse_attention=refuses_attention(master))
-                result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}",
-                                     Path(tmp) / "scratch")
+                try:
+                    result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}")
+                finally:
+                    shutil.rmtree(sandbox.support, ignore_errors=True)
             tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})
             report = _results(sum(t["score"] for t in tests),
+                              f"Graded in isolation: {sandbox.limits_in_force}.\n"
                               f"{result['status']}. {result['message']}".strip(), tests)
     except Exception as err:  # never leave Gradescope without a results.json
         report = _results(0.0, f"grading failed ({type(err).__name__}: {err}); this is not "

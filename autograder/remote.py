@@ -132,9 +132,10 @@ def _array(spec: dict):
 class Session:
     """One running sandbox for one submission."""
 
-    def __init__(self, sandbox, name: str, scratch):
+    def __init__(self, sandbox, name: str):
         self.sandbox = sandbox
-        self.proc, self.groups = sandbox.start(name, scratch)
+        self.box = sandbox.start(name)
+        self.proc = self.box.proc
         self.callbacks: dict[str, object] = {}
         self.buffer = b""
         self.closed = False
@@ -208,7 +209,7 @@ class Session:
         if self.closed:
             return False
         self.closed = True
-        return self.sandbox.stop(self.proc, self.groups)
+        return self.sandbox.stop(self.box)
 
     # --- requests -----------------------------------------------------------------------
     def request(self, message, seconds: float) -> dict:

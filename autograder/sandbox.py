@@ -26,9 +26,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .isolation import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
 
 NOBODY = 65534
 WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
@@ -52,21 +56,6 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def sandbox_problem() -> str:
-    """Why no sandbox can be started here ('' when one can)."""
-    if not sys.platform.startswith("linux"):
-        return f"the sandbox needs Linux (bubblewrap); this is {sys.platform}"
-    if shutil.which("bwrap") is None:
-        return ("bubblewrap is not installed (Debian/Ubuntu: sudo apt-get install bubblewrap; "
-                "Fedora: sudo dnf install bubblewrap)")
-    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid",
-                            "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return ("bubblewrap cannot create namespaces here (" + probe.stderr.strip()[:200]
-                + "); unprivileged user namespaces may be disabled")
-    return ""
 
 
 def _cgroup_dirs(name: str) -> dict[str, Path]:
@@ -98,16 +87,15 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     return {}
 
 
-def _rlimits_that_hold(limits: Limits) -> list[str]:
+def _rlimits_that_hold(limits: Limits, as_sandbox_uid: bool = False) -> list[str]:
     """The names of the rlimits ``runner.limit`` manages to set here, tried in a child process
-    (setting them in the grader itself would cap the grader)."""
-    probe = subprocess.run(
-        [sys.executable, "-c", "import importlib.util, json, sys; "
-         "spec = importlib.util.spec_from_file_location('runner', sys.argv[1]); "
-         "runner = importlib.util.module_from_spec(spec); spec.loader.exec_module(runner); "
-         "print(json.dumps(runner.limit(int(sys.argv[2]), int(sys.argv[3]))))",
-         str(RUNNER), str(limits.memory_mb), str(limits.max_procs)],
-        capture_output=True, text=True)
+    (setting them in the grader itself would cap the grader), as the sandbox's uid if asked."""
+    script = ("import json, sys; runner = {'__name__': 'runner'}; exec(sys.stdin.read(), runner); "
+              "print(json.dumps(runner['limit'](int(sys.argv[1]), int(sys.argv[2]))))")
+    probe = subprocess.run((as_uid(UID_BASE) if as_sandbox_uid else []) +
+                           [sys.executable, "-I", "-c", script, str(limits.memory_mb),
+                            str(limits.max_procs)],
+                           input=RUNNER.read_text(), capture_output=True, text=True)
     try:
         return json.loads(probe.stdout)
     except ValueError:
@@ -194,13 +182,27 @@ drive, files, output = _Drive(), _Files(), _Output()
 '''
 
 
-class Sandbox:
-    """Knows how to start ``runner.py`` for one submission, and how to clean up after it."""
+@dataclass
+class Box:
+    """One running sandbox: its process, cgroups, working folder and (uid fallback) uid."""
 
-    def __init__(self, support: Path, limits: Limits, unsafe: bool = False, write: bool = True,
+    proc: subprocess.Popen
+    groups: dict[str, Path]
+    scratch: Path
+    uid: int | None = None
+
+
+class Sandbox:
+    """Knows how to start ``runner.py`` for one submission, and how to clean up after it.
+
+    ``support`` holds the runner, the guard and the stubs (all public); in the uid fallback it
+    is a folder every sandbox uid may traverse (``support_folder``), and each sandbox's scratch
+    folder inside it belongs to that sandbox's uid alone."""
+
+    def __init__(self, support: Path, limits: Limits, isolation: Isolation, write: bool = True,
                  withhold: tuple[str, ...] = (), refuse_attention: bool = False):
         self.limits = limits
-        self.unsafe = unsafe
+        self.isolation = isolation
         self.refuse_attention = refuse_attention
         self.withheld = tuple(dict.fromkeys((*WITHHELD, *withhold)))
         self.support = Path(support).resolve()
@@ -212,13 +214,25 @@ class Sandbox:
             folder.rmdir()
 
     @property
+    def unsafe(self) -> bool:
+        return self.isolation.kind == NONE
+
+    @property
     def limits_in_force(self) -> str:
-        """What holds for every sandbox, in words: only caps that are enforced are named."""
+        """What holds for every sandbox, in words: the isolation, then only the caps that are
+        enforced, then the time limits."""
+        return (f"{self.isolation.describe()}; {self.caps_in_force}; "
+                f"{self.limits.timeout_cell:g} s per cell, {self.limits.timeout_notebook:g} s "
+                "per notebook")
+
+    @property
+    def caps_in_force(self) -> str:
+        """The memory and process caps, each said to hold only where it is enforced."""
         if self.cgroups:
             caps = (f"memory {self.limits.memory_mb} MB and {self.limits.max_procs} processes "
                     "via cgroup")
         else:
-            held = _rlimits_that_hold(self.limits)
+            held = _rlimits_that_hold(self.limits, self.isolation.kind == UID)
             named = [f"memory {self.limits.memory_mb} MB (address-space rlimit)"
                      if "memory" in held else
                      "memory NOT capped (no cgroup, and the address-space rlimit was refused)",
@@ -226,11 +240,7 @@ class Sandbox:
                      if "processes" in held else
                      "processes NOT capped (no cgroup; the per-user rlimit does not bind root)"]
             caps = " and ".join(named)
-        box = ("NO SANDBOX (--unsafe-no-sandbox): student code can read and write anything "
-               "this user can" if self.unsafe else
-               "bubblewrap: no network, read-only whitelist, own scratch tmpfs")
-        return (f"{box}; {caps}; {self.limits.timeout_cell:g} s per cell, "
-                f"{self.limits.timeout_notebook:g} s per notebook")
+        return caps
 
     def _write_support(self) -> None:
         site = self.support / "site"
@@ -255,24 +265,32 @@ class Sandbox:
                 "'answers must be your own code (see the assignment rules)')\n")
         for path in [self.support, *self.support.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
+        (self.support / "scratch").mkdir(exist_ok=True)
+        (self.support / "scratch").chmod(0o711)  # enter your own folder; list nobody's
 
     def _bound(self) -> list[Path]:
         roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
                  Path(sys.executable).resolve().parent.parent}
         return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
 
-    def _withheld_mounts(self, bound: list[Path]) -> list[str]:
-        args = []
+    def withheld_folders(self) -> list[Path]:
+        """The real folders of the withheld packages installed here (links resolved)."""
+        folders = []
         for name in self.withheld:
             spec = importlib.util.find_spec(name)
-            if spec is None or not spec.origin or not Path(spec.origin).exists():
-                continue
-            folder = Path(spec.origin).resolve().parent
+            if spec is not None and spec.origin and spec.submodule_search_locations and \
+                    Path(spec.origin).exists():
+                folders.append(Path(spec.origin).resolve().parent)
+        return folders
+
+    def _withheld_mounts(self, bound: list[Path]) -> list[str]:
+        args = []
+        for folder in self.withheld_folders():
             visible = any(r == folder or r in folder.parents for r in [*bound, Path("/usr")])
-            if spec.submodule_search_locations and visible:
+            if visible:
                 # the stub over the real folder: any path to it (a symbolic link, lib64, a
                 # sys.path entry of the student's own) finds the stub that says why
-                args += ["--ro-bind", str(self.support / "site" / name), str(folder)]
+                args += ["--ro-bind", str(self.support / "site" / folder.name), str(folder)]
         return args
 
     def _dirs_for(self, path: Path, made: set[Path]) -> list[str]:
@@ -283,12 +301,17 @@ class Sandbox:
                 args += ["--perms", "0755", "--dir", str(parent)]
         return args
 
-    def command(self) -> list[str]:
+    @staticmethod
+    def _python() -> str:
         python = str(Path(sys.prefix) / "bin" / "python")
-        if not Path(python).exists():
-            python = sys.executable
-        if self.unsafe:
+        return python if Path(python).exists() else sys.executable
+
+    def command(self, uid: int | None = None) -> list[str]:
+        python = self._python()
+        if self.isolation.kind == NONE:
             return [python, str(self.support / "runner.py")]
+        if self.isolation.kind == UID:
+            return as_uid(uid) + [python, str(self.support / "runner.py")]
         args = ["bwrap", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
@@ -311,27 +334,29 @@ class Sandbox:
                  "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch",
                  "--chdir", "/scratch", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                  "--unshare-uts", "--die-with-parent", "--new-session", "--clearenv"]
-        for key, value in self.environment("/scratch", "/grader/site").items():
+        for key, value in self.environment("/scratch", "/scratch", "/grader/site").items():
             args += ["--setenv", key, value]
         args.append("--")
         if os.geteuid() == 0:
-            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                     "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all"]
+            args += as_uid(NOBODY)
         return args + [python, "/grader/runner.py"]
 
-    def environment(self, home: str, site: str) -> dict[str, str]:
-        env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp",
+    def environment(self, home: str, tmp: str, site: str) -> dict[str, str]:
+        env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp,
                "PYTHONPATH": site, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde", "SEQLAB_FAST": "1"}
         if self.refuse_attention:
             env["GRADER_REFUSE_ATTENTION"] = "1"
+        if self.isolation.kind == UID:  # no mounts hide the withheld packages: the runner does
+            env["GRADER_CONFINE"] = json.dumps([str(f) for f in self.withheld_folders()])
+            env["GRADER_WITHHELD"] = ",".join(self.withheld)
         if not self.cgroups:
             env["GRADER_RLIMIT_AS_MB"] = str(self.limits.memory_mb)
             env["GRADER_RLIMIT_NPROC"] = str(self.limits.max_procs)
         return env
 
-    def start(self, name: str, scratch: Path) -> tuple[subprocess.Popen, dict[str, Path]]:
+    def start(self, name: str) -> Box:
         """Start the runner for one submission; its stdin/stdout are the protocol pipes."""
         groups = _cgroup_dirs(name) if self.cgroups else {}
         for controller, folder in groups.items():
@@ -341,33 +366,45 @@ class Sandbox:
                 (folder / "pids.max").write_text(str(self.limits.max_procs))
         # join the cgroups before exec, so every process the sandbox ever forks is counted
         joins = " ".join(f"echo $$ > {folder / 'cgroup.procs'} &&" for folder in groups.values())
+        scratch = self.support / "scratch" / name
         scratch.mkdir(parents=True, exist_ok=True)
-        env = ({**self.environment(str(scratch), str(self.support / "site")),
-                "PATH": os.environ.get("PATH", "/usr/bin")} if self.unsafe else
-               {"PATH": os.environ.get("PATH", "/usr/bin")})
-        proc = subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *self.command()],
+        uid = None
+        env = {"PATH": os.environ.get("PATH", "/usr/bin")}
+        if self.isolation.kind != BUBBLEWRAP:
+            env = {**self.environment(str(scratch), str(scratch), str(self.support / "site")),
+                   "PATH": env["PATH"]}
+        if self.isolation.kind == UID:
+            uid = uid_for(name)
+            os.chown(scratch, uid, uid)
+            scratch.chmod(0o700)
+        proc = subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *self.command(uid)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=scratch, env=env,
                                 start_new_session=True)
-        return proc, groups
+        return Box(proc, groups, scratch, uid)
 
-    @staticmethod
-    def cleanup(name: str) -> None:
+    def cleanup(self, name: str) -> None:
         """Remove what a sandbox named ``name`` left if its grading worker died with it: its
-        cgroups (processes there are killed; bubblewrap's own processes die with the worker)."""
+        cgroups (processes there are killed), the processes of its uid, its scratch folder."""
         for folder in (*(CGROUP_V1 / c / CGROUP_PARENT / name for c in ("memory", "pids")),
                        CGROUP_V1 / CGROUP_PARENT / name):
             if folder.is_dir():
                 _empty_and_remove(folder)
+        if self.isolation.kind == UID:
+            _kill_uid(uid_for(name))
+        shutil.rmtree(self.support / "scratch" / name, ignore_errors=True)
 
     @staticmethod
-    def stop(proc: subprocess.Popen, groups: dict[str, Path]) -> bool:
+    def stop(box: Box) -> bool:
         """Kill what is left of one sandbox; return True when it hit its memory limit."""
+        proc = box.proc
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if box.uid is not None:  # what it started in sessions of its own, too
+            _kill_uid(box.uid)
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:
@@ -375,7 +412,7 @@ class Sandbox:
             except OSError:
                 pass
         out_of_memory = False
-        for controller, folder in groups.items():
+        for controller, folder in box.groups.items():
             try:
                 if controller == "memory":  # oom_kill counts kills; failcnt (old kernels)
                     control = (folder / "memory.oom_control").read_text().split()
@@ -388,4 +425,38 @@ class Sandbox:
             except (OSError, ValueError):
                 pass
             _empty_and_remove(folder)
+        shutil.rmtree(box.scratch, ignore_errors=True)
         return out_of_memory
+
+
+def uid_for(name: str) -> int:
+    """The uid of the sandbox ``name`` in the uid fallback: sandboxes graded at the same time
+    (consecutive numbers) get different uids."""
+    last = name.rsplit("-", 1)[-1]
+    number = int(last) if last.isdigit() else zlib.crc32(name.encode())
+    return UID_BASE + number % UID_SPAN
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of ``uid`` (as that uid: kill -1 reaches only its own)."""
+    subprocess.run(as_uid(uid) + ["kill", "-KILL", "-1"], capture_output=True)
+
+
+def support_folder(out: Path, isolation: Isolation) -> Path:
+    """Where the sandboxes' support and scratch folders go: under ``out`` usually; in the uid
+    fallback, where the output's own permissions (no access for others) cannot hide them from
+    the sandbox uids: a fresh folder of root's that they may only traverse."""
+    if isolation.kind != UID:
+        return Path(out) / "sandbox"
+    folder = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))
+    folder.chmod(0o711)
+    return folder
+
+
+def sandbox_problem() -> str:
+    """Why no isolation at all can be had here ('' when bubblewrap or the uid fallback can)."""
+    try:
+        choose()
+    except RuntimeError as err:
+        return str(err)
+    return ""

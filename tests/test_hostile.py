@@ -190,7 +190,7 @@ def cases(out, port) -> dict:
             (FULL, "graded", "")),
         "os_exit": (solution(sentence_logprob="import os\nos._exit(3)\n"),
                     (9, "crashed", "kernel died")),
-        "segfault": (solution(perplexity="import ctypes\nctypes.string_at(0)\n"),
+        "segfault": (solution(perplexity="import faulthandler\nfaulthandler._sigsegv()\n"),
                      (12, "crashed", "segmentation fault")),
         "out_of_memory": (solution(ffn_forward="hog = b'x' * (3 * 2**30)\n"),
                           (15, "crashed", "out of memory")),
@@ -455,6 +455,7 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path):
     rlimits: the allocation fails inside the student's cell and grading goes on."""
     from autograder.execute import Grading
     from autograder.normalize import plan, read_notebook
+    from autograder.isolation import choose
     from autograder.sandbox import Sandbox
 
     master = read_notebook(source_notebook(A))
@@ -462,13 +463,13 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path):
     submitted.write_text(json.dumps(with_cell(solution(), "ffn_forward",
                                               "hog = b'x' * (3 * 2**30)\n")))
     student = read_notebook(submitted)
-    sandbox = Sandbox(tmp_path / "support", LIMITS)
+    sandbox = Sandbox(tmp_path / "support", LIMITS, choose())
     sandbox.cgroups = False
     held = sandbox.limits_in_force
     assert f"memory {LIMITS.memory_mb} MB (address-space rlimit)" in held, held
     # root is exempt from the per-user process cap: then the grader must not claim one
     assert ("processes NOT capped" in held) == (os.getuid() == 0), held
-    result = Grading(plan(master, student), sandbox, "rlimit", tmp_path / "scratch").run()
+    result = Grading(plan(master, student), sandbox, "rlimit").run()
     assert result["status"] == "graded"
     assert "MemoryError" in result["message"]
     assert sum(t["points"] for t in result["tests"]) == FULL
