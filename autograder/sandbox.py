@@ -87,12 +87,14 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     return {}
 
 
-def _rlimits_that_hold(limits: Limits, as_sandbox_uid: bool = False) -> list[str]:
+def _rlimits_that_hold(limits: Limits, uid: int | None = None) -> list[str]:
     """The names of the rlimits ``runner.limit`` manages to set here, tried in a child process
-    (setting them in the grader itself would cap the grader), as the sandbox's uid if asked."""
-    script = ("import json, sys; runner = {'__name__': 'runner'}; exec(sys.stdin.read(), runner); "
+    (setting them in the grader itself would cap the grader), as ``uid`` when given (the uid
+    the sandbox's runner will have)."""
+    script = ("import json, sys; runner = {'__name__': 'runner', '__file__': 'runner.py'}; "
+              "exec(sys.stdin.read(), runner); "
               "print(json.dumps(runner['limit'](int(sys.argv[1]), int(sys.argv[2]))))")
-    probe = subprocess.run((as_uid(UID_BASE) if as_sandbox_uid else []) +
+    probe = subprocess.run((as_uid(uid) if uid is not None else []) +
                            [sys.executable, "-I", "-c", script, str(limits.memory_mb),
                             str(limits.max_procs)],
                            input=RUNNER.read_text(), capture_output=True, text=True)
@@ -232,11 +234,15 @@ class Sandbox:
             caps = (f"memory {self.limits.memory_mb} MB and {self.limits.max_procs} processes "
                     "via cgroup")
         else:
-            held = _rlimits_that_hold(self.limits, self.isolation.kind == UID)
+            uid = {UID: UID_BASE, BUBBLEWRAP: NOBODY if os.geteuid() == 0 else None}.get(
+                self.isolation.kind)
+            held = _rlimits_that_hold(self.limits, uid)
+            shared = " of nobody, shared by the sandboxes running at once" if uid == NOBODY \
+                else ""
             named = [f"memory {self.limits.memory_mb} MB (address-space rlimit)"
                      if "memory" in held else
                      "memory NOT capped (no cgroup, and the address-space rlimit was refused)",
-                     f"{self.limits.max_procs} processes (per-user rlimit)"
+                     f"{self.limits.max_procs} processes (per-user rlimit{shared})"
                      if "processes" in held else
                      "processes NOT capped (no cgroup; the per-user rlimit does not bind root)"]
             caps = " and ".join(named)

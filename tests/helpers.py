@@ -56,3 +56,19 @@ def fresh_venv(folder: Path) -> Path:
     probe = subprocess.run([python, "-I", "-c", "import seqlab"], capture_output=True, text=True)
     assert probe.returncode != 0, "the fresh environment already sees the course library"
     return venv
+
+
+def docker_capabilities(command: list[str]) -> list[str]:
+    """``command`` run as root with only Docker's default capabilities, as in ``docker run``
+    and Gradescope (no CAP_SYS_ADMIN, so no namespaces for bubblewrap). Needs capsh
+    (libcap2-bin), which ``.ci/run`` installs."""
+    import re
+    import shlex
+
+    from autograder.isolation import DOCKER_CAPABILITIES
+
+    shown = subprocess.run(["capsh", "--print"], capture_output=True, text=True,
+                           check=True).stdout
+    bounding = re.search(r"^Bounding set =(.*)$", shown, re.MULTILINE).group(1).split(",")
+    drop = [c for c in bounding if c and c.removeprefix("cap_") not in DOCKER_CAPABILITIES]
+    return ["capsh", f"--drop={','.join(drop)}", "--", "-c", shlex.join(command)]
