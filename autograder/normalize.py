@@ -141,8 +141,8 @@ def _place_deleted(items: list[tuple[int | None, Step]], masters: list[Step]) ->
         while at < len(items) and items[at][0] is None:
             at += 1
         if step.kind == "test":
-            step = replace(step, note="this test cell is not in your notebook (deleted, or "
-                                      "its grade_id removed); it ran where the assignment has it")
+            step = replace(step, note="this test cell is not in your notebook, deleted or "
+                                      "without its grade_id; it ran where the assignment has it")
         items.insert(at, (m, step))
 
 
