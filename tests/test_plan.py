@@ -326,7 +326,7 @@ def device_cell(master: dict, answer: str) -> dict:
     return nb
 
 
-def tests_on_top(master: dict) -> dict:
+def forged_tests_first(master: dict) -> dict:
     """Every test cell moved to the very top, under a cell that forges the helpers the tests
     call and answers every question wrongly; the real answer cells emptied."""
     nb = copy(master)
@@ -375,7 +375,7 @@ def test_graded_in_the_students_order(tmp_path):
         "imports_at_the_end": (move(master, "imports", to=len(master["cells"])), FULL, []),
         "test_above_answer": (move(master, "test_perplexity", before="perplexity"), 15.0,
                               ["test_perplexity"]),
-        "tests_on_top_forged": (tests_on_top(master), 0.0, [
+        "tests_on_top_forged": (forged_tests_first(master), 0.0, [
             s.grade_id for s in map(master_step, master["cells"]) if s.kind == "test"]),
         "redefines_then_test": (redefines_then_test(master), 15.0, ["test_perplexity"]),
     }
