@@ -99,7 +99,8 @@ def plan(master: dict, student: dict) -> list[Step]:
     the master's order, since a test resolves names first from the given and test cells that ran
     before it in the grader (see ``execute``). A student who moves a test (or a given cell)
     above an instructor cell that precedes it in the master gains nothing: it runs right after
-    that cell. A test that runs above the answer it checks can only fail; its ``note`` says why.
+    that cell. A test that runs above the answer it checks sees only what ran before it, as in
+    the student's own notebook; its ``note`` says so, for the feedback when it fails.
     """
     masters = [master_step(c) for c in master["cells"]]
     items = _kept(masters, student)
