@@ -1,17 +1,17 @@
 """Turn whatever a student submitted into the notebook we grade, using the master copy.
 
 Only the student's code is taken from the submission: their answer cells (matched by nbgrader's
-``grade_id``) and any cells they added. Everything the instructor wrote (given cells, test cells,
-points) comes from the master, wherever the student moved, split, duplicated, edited or deleted
-it and whatever they did to its metadata. Notebook-level metadata (kernelspec, nbformat minor) is
-ignored. The file is read as JSON, not validated against a schema, so a newer nbformat minor or
-missing cell ids cannot make a submission ungradable.
+``grade_id``), any cells they added, and the order of their cells. Everything the instructor wrote
+(given cells, test cells, points) comes from the master, wherever the student moved, split,
+duplicated, edited or deleted it and whatever they did to its metadata. Notebook-level metadata
+(kernelspec, nbformat minor) is ignored. The file is read as JSON, not validated against a
+schema, so a newer nbformat minor or missing cell ids cannot make a submission ungradable.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -26,6 +26,7 @@ class Step:
     metadata: dict = field(default_factory=dict)
     grade_id: str = ""
     points: float = 0.0
+    note: str = ""  # why a test may fail for where it ran, for the student (see ``plan``)
 
 
 def _text(source) -> str:
@@ -82,40 +83,113 @@ def master_step(cell: dict) -> Step:
 
 
 def plan(master: dict, student: dict) -> list[Step]:
-    """The cells to run, in order. Each master cell the student does not supply (every test and
-    given cell, and deleted answers) goes after the last student cell that comes before it in
-    the master, and after any cells the student added there."""
+    """The cells to run, in the order of the student's notebook, as nbgrader's autograde runs it.
+
+    A cell the student kept runs where the student has it: an answer with the student's code
+    (a split answer keeps all its parts, in order), an instructor cell (given, test, or the
+    master's markdown) with the master's source, points and metadata, once, where its first copy
+    is. "Kept" means a cell with its ``grade_id``: cells are matched by that alone, never by
+    their text, which a student may edit. A given cell whose metadata the student stripped is
+    therefore the student's own code (it still runs where they have it, so their notebook works
+    as it did for them), and the master's copy is placed as if deleted. A deleted master cell
+    goes after the nearest preceding master cell that is there, and after any cells the student
+    added right after that one.
+
+    One exception to the student's order: the instructor's given and test cells always run in
+    the master's order, since a test resolves names first from the given and test cells that ran
+    before it in the grader (see ``execute``). A student who moves a test (or a given cell)
+    above an instructor cell that precedes it in the master gains nothing: it runs right after
+    that cell. A test that runs above the answer it checks sees only what ran before it, as in
+    the student's own notebook; its ``note`` says so, for the feedback when it fails.
+    """
     masters = [master_step(c) for c in master["cells"]]
+    items = _kept(masters, student)
+    _place_deleted(items, masters)
+    steps = _instructor_order(items, masters)
+    return _note_tests_above_answers(steps, masters)
+
+
+def _kept(masters: list[Step], student: dict) -> list[tuple[int | None, Step]]:
+    """The student's cells in their order, as (master index or None if added, step)."""
     index = {s.grade_id: i for i, s in enumerate(masters) if s.grade_id}
-    answers = {s.grade_id for s in masters if s.kind == "missing"}
-    items: list[tuple[int | None, Step]] = []  # (master index it stands for, step)
-    placed: set[int] = set()
+    items: list[tuple[int | None, Step]] = []
+    seen: set[int] = set()
     for cell in student["cells"]:
-        gid = _grade_id(cell)
-        m = index.get(gid)
-        if gid in answers:
-            meta = masters[m].metadata
-            if cell["cell_type"] == "code":  # a split answer keeps all its parts, in order
-                items.append((m, Step("code", cell["source"], meta if m not in placed else {},
-                                      gid if m not in placed else "")))
-                placed.add(m)
-        elif m is not None:
-            continue  # instructor cells always come from the master
-        elif cell["cell_type"] == "code":
-            items.append((None, Step("code", cell["source"])))
-        elif cell["cell_type"] == "markdown":
-            items.append((None, Step("markdown", cell["source"])))
+        m = index.get(_grade_id(cell))
+        if m is None:
+            if cell["cell_type"] in ("code", "markdown"):
+                items.append((None, Step(cell["cell_type"], cell["source"])))
+        elif masters[m].kind == "missing":  # an answer: the student's code
+            if cell["cell_type"] == "code":
+                first = m not in seen
+                items.append((m, Step("code", cell["source"], masters[m].metadata if first
+                                      else {}, masters[m].grade_id if first else "")))
+                seen.add(m)
+        elif m not in seen:  # the instructor's cell, from the master, where its first copy is
+            items.append((m, masters[m]))
+            seen.add(m)
+    return items
+
+
+def _place_deleted(items: list[tuple[int | None, Step]], masters: list[Step]) -> None:
+    """Insert each master cell the student does not have after the nearest preceding master
+    cell that is there, and after the cells the student added right after that one."""
     for m, step in enumerate(masters):
-        if m in placed:
+        if any(mi == m for mi, _ in items):
             continue
-        at = 0
-        for pos, (mi, _) in enumerate(items):
-            if mi is not None and mi < m:
-                at = pos + 1
+        before = [(mi, pos) for pos, (mi, _) in enumerate(items) if mi is not None and mi < m]
+        at = max(before)[1] + 1 if before else 0
         while at < len(items) and items[at][0] is None:
             at += 1
+        if step.kind == "test":
+            step = replace(step, note="this test cell is not in your notebook, deleted or "
+                                      "without its grade_id; it ran where the assignment has it")
         items.insert(at, (m, step))
-    return [step for _, step in items]
+
+
+def _instructor_order(items: list[tuple[int | None, Step]], masters: list[Step]) -> list[Step]:
+    """The steps, with each given or test cell held back until every given or test cell that
+    precedes it in the master has run."""
+    order = sorted(m for m, s in items if m is not None and s.kind in ("given", "test"))
+    steps: list[Step] = []
+    held: dict[int, Step] = {}
+    k = 0
+    for m, step in items:
+        if m is None or step.kind not in ("given", "test"):
+            steps.append(step)
+            continue
+        if m != order[k] and step.kind == "test" and not step.note:
+            step = replace(step, note=f"in your notebook this test is above "
+                                      f"{masters[order[k]].grade_id}, which comes before it in "
+                                      "the assignment; it ran right after that cell")
+        held[m] = step
+        while k < len(order) and order[k] in held:
+            steps.append(held.pop(order[k]))
+            k += 1
+    return steps
+
+
+def _note_tests_above_answers(steps: list[Step], masters: list[Step]) -> list[Step]:
+    """Note each test that runs before the first part of the student's answer it follows in
+    the master: the likeliest reason it fails, so this note replaces any other."""
+    answer_of, answer = {}, ""
+    for s in masters:
+        if s.kind == "missing":
+            answer = s.grade_id
+        elif s.kind == "test" and answer:
+            answer_of[s.grade_id] = answer
+    first: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        if s.kind == "code" and s.grade_id:
+            first.setdefault(s.grade_id, i)
+    out = []
+    for i, s in enumerate(steps):
+        gid = answer_of.get(s.grade_id, "") if s.kind == "test" else ""
+        if first.get(gid, -1) > i:
+            s = replace(s, note=f"in your notebook this test is above your answer cell {gid}, "
+                                "and cells run in your notebook's order: move it below")
+        out.append(s)
+    return out
 
 
 def withheld(master: dict) -> tuple[str, ...]:
