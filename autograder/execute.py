@@ -213,6 +213,8 @@ class Grading:
                           has_visible_code(step.source) else
                           "a hidden check failed (this cell has no visible tests)")
                 message = f"{before}: {message}"
+        if not passed and step.note:  # where the student put this test may be why
+            message = f"{message} ({step.note})"
         if session.timed_out:
             self.status = Status.TIMEOUT
         self.trusted.update({k: v for k, v in scope.items() if k in binds})

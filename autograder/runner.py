@@ -283,14 +283,15 @@ class Runner:
                 self.channel.send({"op": "raise", **self.error(exc)})
 
 
-SHELL_LINE = re.compile(r"^(\s*)(!|%pip\b|%conda\b|%sx\b|%system\b)(.*)$")
+SHELL_LINE = re.compile(r"^(\s*)(!|%pip\b|%conda\b|%sx\b|%system\b|%matplotlib\b)(.*)$")
 SHELL_CELL = ("%%bash", "%%sh", "%%shell", "%%script", "%%system")
 
 
 def skip_shell(source):
     """Shell commands and installs (``!pip ...``, ``%pip``, ``%%bash`` cells) are skipped with
     a printed note: the sandbox has no network and nothing to install, and waiting for a
-    download that cannot come would only cost the notebook its time."""
+    download that cannot come would only cost the notebook its time. ``%matplotlib`` too:
+    plots are not graded, and the sandbox's plain shell has no GUI to enable."""
     if source.lstrip().startswith(SHELL_CELL):
         first = source.lstrip().splitlines()[0]
         return f"print({('(grading: skipped a ' + first + ' cell)')!r})"

@@ -17,6 +17,7 @@ import pytest
 
 from autograder.course import COURSE, source_notebook
 from autograder.grade import grade, read_grades
+from autograder.isolation import BUBBLEWRAP, UID, Isolation, uid_problem
 from autograder.late import LatePolicy
 from autograder.merge import merge
 from autograder.release import release
@@ -34,9 +35,20 @@ pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewra
                                 + (sandbox_problem() or ""))
 
 
-# Each isolation the grader offers, and the arguments that ask ``grade`` for it; the whole class
-# is graded under each and must get the same grades.csv.
-ISOLATIONS = {"bubblewrap": {}}
+# Each isolation the grader offers (the uid fallback is forced here, as Docker's capabilities
+# would choose it; test_container.py shows that they do); the whole class is graded under each,
+# on a copy of the course only root may read, and must get the same grades.csv.
+ISOLATIONS = {"bubblewrap": Isolation(BUBBLEWRAP)}
+if os.geteuid() == 0 and not uid_problem():
+    ISOLATIONS["uid"] = Isolation(UID, "forced by the test")
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    copy = tmp_path_factory.mktemp("course") / "assignments"
+    shutil.copytree(COURSE, copy)
+    copy.chmod(0o700)
+    return copy
 
 
 def solution() -> dict:
@@ -244,7 +256,8 @@ def notebook6(released: dict) -> str:
     nb = handed_in(released)
     test = next(c for c in nb["cells"] if gid(c) == "test_perplexity")
     insert_after(nb, "ffn_forward", json.loads(json.dumps(test)), code(
-        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()", count=20,
+        "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+        count=20,
         outputs=[{"output_type": "display_data", "metadata": {}, "data": {
             "image/png": PNG, "text/plain": ["<Figure size 640x480 with 1 Axes>"]}}]))
     for i, cell in enumerate(nb["cells"]):
@@ -327,20 +340,21 @@ def export(tmp_path_factory):
 SAVED = ["111", "112", "113", "114", "115", "116", "117", "118"]  # one per editor, all correct
 
 
-def _grade(source, out, isolation="bubblewrap", **kwargs):
-    return grade(A, source, out, limits=LIMITS, workers=2, policy=POLICY, log=lambda *a: None,
-                 **ISOLATIONS[isolation], **kwargs)
+def _grade(source, out, course, isolation="bubblewrap", **kwargs):
+    return grade(A, source, out, course, limits=LIMITS, workers=2, policy=POLICY,
+                 log=lambda *a: None, isolation=ISOLATIONS[isolation], **kwargs)
 
 
 @pytest.fixture(scope="module")
-def grading(export, tmp_path_factory):
+def grading(export, tmp_path_factory, course):
     """isolation -> (output folder, rows by student) of the class graded under it, once."""
     done = {}
 
     def graded_under(isolation: str):
         if isolation not in done:
             out = tmp_path_factory.mktemp(f"graded-{isolation}") / "out"
-            done[isolation] = out, {r["student_id"]: r for r in _grade(export[0], out, isolation)}
+            rows = _grade(export[0], out, course, isolation)
+            done[isolation] = out, {r["student_id"]: r for r in rows}
         return done[isolation]
 
     return graded_under
@@ -393,7 +407,7 @@ def test_a_zipped_class(graded, grading, export):
     assert "hidden checks" in html and "BEGIN HIDDEN" not in html
 
 
-def test_the_same_class_unzipped(graded_first, export, tmp_path):
+def test_the_same_class_unzipped(graded_first, export, tmp_path, course):
     """The folder holds the same submissions as the zip (grading is a function of them), and a
     student whose lateness comes from the file's time is graded the same from it."""
     archive, folder, _, _ = export
@@ -404,36 +418,37 @@ def test_the_same_class_unzipped(graded_first, export, tmp_path):
                 for s in collect(source, A, scratch)]
 
     assert found(folder, tmp_path / "a") == found(archive, tmp_path / "b")
-    rows = _grade(folder, tmp_path / "out", only=["222"])
+    rows = _grade(folder, tmp_path / "out", course, only=["222"])
     assert rows == [graded_first[1]["222"]]
 
 
-def test_regrading_one_student_keeps_every_other_row(graded_first, export, tmp_path):
+def test_regrading_one_student_keeps_every_other_row(graded_first, export, tmp_path, course):
     out, _ = graded_first
     archive = export[0]
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     before = (copy / "grades.csv").read_text().splitlines()
-    resumed = _grade(archive, copy)  # nothing new: every student is kept as it was
+    resumed = _grade(archive, copy, course)  # nothing new: every student is kept as it was
     assert (copy / "grades.csv").read_text().splitlines() == before
     assert len(resumed) == len(export[2])
-    _grade(archive, copy, only=["654"])
+    _grade(archive, copy, course, only=["654"])
     after = (copy / "grades.csv").read_text().splitlines()
     assert len(after) == len(before)
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
     assert all(after[i].startswith("654,") for i in changed)
     with pytest.raises(ValueError, match="not in the export: 999"):
-        _grade(archive, copy, only=["999"])
+        _grade(archive, copy, course, only=["999"])
 
 
-def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_path):
+def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_path,
+                                                      course):
     """Sharding the LMS cases three ways and merging gives the rows (and gradebook) that
     grading the whole class at once gave them."""
     out, _ = graded_first
     core = export[3]
     shards = [tmp_path / f"shard{i}" for i in (1, 2, 3)]
     for i, folder in enumerate(shards, 1):
-        _grade(core, folder, shard=(i, 3))
+        _grade(core, folder, course, shard=(i, 3))
     sizes = [len(read_grades(f / "grades.csv")) for f in shards]
     assert sum(sizes) == 7 and all(sizes)
     with pytest.raises(ValueError, match="in no shard"):
@@ -456,10 +471,10 @@ def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_
     assert book(tmp_path / "merged") == {s: whole[s] for s in ids if s in whole}
 
 
-def test_exports_that_hold_nobody_or_are_broken(tmp_path):
+def test_exports_that_hold_nobody_or_are_broken(tmp_path, course):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no submission found"):
-        _grade(tmp_path / "empty", tmp_path / "out1")
+        _grade(tmp_path / "empty", tmp_path / "out1", course)
     assert not (tmp_path / "out1").exists()  # a failed run leaves nothing behind
     broken = tmp_path / "broken.zip"
     good = io.BytesIO()
@@ -467,7 +482,7 @@ def test_exports_that_hold_nobody_or_are_broken(tmp_path):
         zf.writestr("a_1_2_x.ipynb", "{}" * 1000)
     broken.write_bytes(good.getvalue()[:-30])
     with pytest.raises(ValueError, match="corrupt or truncated"):
-        _grade(broken, tmp_path / "out2")
+        _grade(broken, tmp_path / "out2", course)
     assert not (tmp_path / "out2").exists()
 
 

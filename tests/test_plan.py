@@ -71,7 +71,7 @@ def added_everywhere(master: dict) -> dict:
     cell), a check after every test, notes between, a last cell at the end. It runs top to
     bottom: nothing in it needs a later cell."""
     nb = copy(master)
-    cells, pending = [code("!pip install -q tqdm\nimport sys")], []
+    cells, pending = [code("%matplotlib inline\n!pip install -q tqdm\nimport sys")], []
     for cell in nb["cells"]:
         step = master_step(cell)
         if step.kind == "missing" and pending:
