@@ -95,17 +95,18 @@ def _failed_in_hidden(exc: BaseException, filename: str, hidden: set[int]) -> bo
     return line in hidden
 
 
-def grade_steps(steps: list[Step], sandbox, name: str) -> Result:
-    """Grade one planned submission (``normalize.plan``) in a sandbox of its own named ``name``.
-    Every way of grading calls this."""
-    return Grading(steps, sandbox, name).run()
+def grade_steps(steps: list[Step], sandbox, box) -> Result:
+    """Grade one planned submission (``normalize.plan``) in a sandbox of its own: ``box``, one
+    that ``sandbox.start`` started for it (the name of a new one is accepted too). Every way
+    of grading calls this."""
+    return Grading(steps, sandbox, sandbox.start(box) if isinstance(box, str) else box).run()
 
 
 class Grading:
     """Runs a plan; collects per-cell outputs and per-test results."""
 
-    def __init__(self, steps: list[Step], sandbox, name: str):
-        self.steps, self.sandbox, self.name = steps, sandbox, name
+    def __init__(self, steps: list[Step], sandbox, box):
+        self.steps, self.sandbox, self.box = steps, sandbox, box
         self.limits = sandbox.limits
         self.trusted = {"__name__": TEST_MODULE, "__builtins__": builtins}
         self.outputs: list[dict] = [{} for _ in steps]
@@ -117,7 +118,7 @@ class Grading:
         start = time.monotonic()
         stop, session, i = "", None, 0
         try:
-            session = Session(self.sandbox, self.name)
+            session = Session(self.sandbox, self.box)
             for i, step in enumerate(self.steps):
                 left = self.limits.timeout_notebook - (time.monotonic() - start)
                 if left <= 0:
@@ -142,6 +143,8 @@ class Grading:
         finally:
             if session is not None:
                 session.close()
+            else:  # it never answered: stop what was started
+                self.sandbox.stop(self.box)
         done = {t["test"] for t in self.tests}
         for step in self.steps:
             if step.kind == "test" and step.grade_id not in done:

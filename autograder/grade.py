@@ -9,6 +9,7 @@ the autograded notebook for formgrader, and nbgrader's gradebook (so ``nbgrader 
 
 from __future__ import annotations
 
+import atexit
 import csv
 import hashlib
 import json
@@ -16,7 +17,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import nbformat
@@ -26,7 +26,15 @@ from .course import COURSE, check_assignment, generate, source_notebook, working
 from .feedback import write_feedback
 from .isolation import UID, Isolation, choose, refuse_if_exposed
 from .late import LatePolicy, load_timestamps
-from .normalize import Step, master_step, plan, read_notebook, refuses_attention, withheld
+from .normalize import (
+    Step,
+    given_imports,
+    master_step,
+    plan,
+    read_notebook,
+    refuses_attention,
+    withheld,
+)
 from .remote import START_SECONDS
 from .results import Result, Status
 from .sandbox import Limits, Sandbox, support_folder
@@ -35,20 +43,49 @@ from .workers import Failure, run_jobs
 
 COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message")
 
-_sandbox: Sandbox | None = None  # one per worker process
+class _Worker:
+    """A grading worker's sandboxes: each submission gets a sandbox of its own, started while
+    the worker graded the one before (a sandbox starts Python, IPython and torch: about as long
+    as grading a short notebook), never used for a second one. Two per worker exist at a time,
+    so their names (cgroups, and uids in the uid fallback) alternate between two per worker."""
+
+    sandbox: Sandbox | None = None
+    index = 0
+    started = 0
+    ahead = None
+
+    @classmethod
+    def setup(cls, index: int, support: str, limits: Limits, isolation: Isolation,
+              withhold: tuple[str, ...], refuse_attention: bool,
+              preload: tuple[str, ...]) -> None:
+        cls.index = index
+        cls.sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
+                              refuse_attention=refuse_attention, preload=preload)
+        atexit.register(cls.stop_ahead)
+        cls.ahead = cls.start()
+
+    @classmethod
+    def start(cls):
+        cls.started += 1
+        return cls.sandbox.start(f"{os.getppid()}-{2 * cls.index + cls.started % 2}")
+
+    @classmethod
+    def stop_ahead(cls) -> None:
+        if cls.ahead is not None:
+            cls.sandbox.stop(cls.ahead)
+            cls.ahead = None
+
+    @classmethod
+    def grade(cls, steps: list[Step]) -> Result:
+        from .execute import grade_steps
+
+        box, cls.ahead = cls.ahead or cls.start(), None
+        cls.ahead = cls.start()  # the next submission's, while this one is graded
+        return grade_steps(steps, cls.sandbox, box)
 
 
-def _start_worker(support: str, limits: Limits, isolation: Isolation,
-                  withhold: tuple[str, ...], refuse_attention: bool) -> None:
-    global _sandbox
-    _sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
-                       refuse_attention=refuse_attention)
-
-
-def _grade_one(steps: list[Step], name: str) -> Result:
-    from .execute import grade_steps
-
-    return grade_steps(steps, _sandbox, name)
+def _grade_one(steps: list[Step]) -> Result:
+    return _Worker.grade(steps)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -248,7 +285,8 @@ def _grade(assignment, subs, out, course, limits, workers, isolation, policy, ti
             log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
                 "(--regrade grades them again, --only ID... regrades chosen students)")
     sandbox = Sandbox(support_folder(out, isolation), limits, isolation,
-                      withhold=withheld(master), refuse_attention=refuses_attention(master))
+                      withhold=withheld(master), refuse_attention=refuses_attention(master),
+                      preload=given_imports(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {workers} worker(s); "
         f"{sandbox.limits_in_force}")
     try:
@@ -287,16 +325,20 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
     the same command again grades the students still missing."""
     os.environ.setdefault("PYTHONHASHSEED", "0")
     started = time.perf_counter()
-    run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # sandbox names unique across runs
-    names = {student: f"{run_id}-{i}" for i, (_, student, _) in enumerate(jobs)}
     by_student = {student: (sub, steps) for sub, student, steps in jobs}
-    work = ((student, (steps, names[student])) for _, student, steps in jobs)
+    work = ((student, (steps,)) for _, student, steps in jobs)
     # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
     deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
-    results = run_jobs(work, _grade_one, workers, deadline, setup=_start_worker,
+
+    def cleanup(student, index):  # a worker died: what its two sandboxes left outside it
+        for slot in (2 * index, 2 * index + 1):
+            sandbox.cleanup(f"{os.getpid()}-{slot}")
+
+    results = run_jobs(work, _grade_one, workers, deadline, setup=_Worker.setup,
                        setup_args=(str(sandbox.support), limits, sandbox.isolation,
-                                   sandbox.withheld, sandbox.refuse_attention),
-                       on_failure=lambda student: sandbox.cleanup(names[student]))
+                                   sandbox.withheld, sandbox.refuse_attention,
+                                   sandbox.preload),
+                       on_failure=cleanup)
     try:
         for student, result in results:
             sub, steps = by_student[student]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .course import COURSE, check_assignment, source_notebook
 from .isolation import UID, choose, refuse_if_exposed
-from .normalize import master_step, plan, read_notebook, refuses_attention, withheld
+from .normalize import given_imports, master_step, plan, read_notebook, refuses_attention, withheld
 from .release import has_visible_code
 from .results import gradescope_tests
 from .sandbox import Limits, Sandbox, support_folder
@@ -125,7 +125,8 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
             with tempfile.TemporaryDirectory() as tmp:
                 sandbox = Sandbox(support_folder(Path(tmp), isolation), limits or Limits(),
                                   isolation, withhold=withheld(master),
-                                  refuse_attention=refuses_attention(master))
+                                  refuse_attention=refuses_attention(master),
+                                  preload=given_imports(master))
                 try:
                     result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}")
                 finally:

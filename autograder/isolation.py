@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BUBBLEWRAP, UID, NONE = "bubblewrap", "uid", "none"
-UID_BASE, UID_SPAN = 61000, 2000
+UID_BASE, UID_SPAN = 61000, 1024 * 64
 DOCKER_CAPABILITIES = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid",
                        "setpcap", "net_bind_service", "net_raw", "sys_chroot", "mknod",
                        "audit_write", "setfcap")

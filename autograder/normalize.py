@@ -211,3 +211,24 @@ def refuses_attention(master: dict) -> bool:
         raise ValueError(f"metadata.autograder.refuse_attention must be true or false, got "
                          f"{flag!r}")
     return flag
+
+
+def given_imports(master: dict) -> tuple[str, ...]:
+    """The top-level packages the instructor's given cells import (``torch``, ``numpy``):
+    a sandbox can import them before the notebook needs them (see ``Sandbox``)."""
+    import ast
+
+    found = []
+    for cell in master["cells"]:
+        if master_step(cell).kind != "given":
+            continue
+        try:
+            tree = ast.parse(cell["source"])
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and
+                     not node.level else [])
+            found += [n.split(".")[0] for n in names]
+    return tuple(dict.fromkeys(found))

@@ -130,12 +130,13 @@ def _array(spec: dict):
 
 
 class Session:
-    """One running sandbox for one submission."""
+    """One running sandbox for one submission: ``box`` is a sandbox started for it (perhaps
+    ahead of need, see ``grade``), used for this submission alone."""
 
-    def __init__(self, sandbox, name: str):
+    def __init__(self, sandbox, box):
         self.sandbox = sandbox
-        self.box = sandbox.start(name)
-        self.proc = self.box.proc
+        self.box = box
+        self.proc = box.proc
         self.callbacks: dict[str, object] = {}
         self.buffer = b""
         self.closed = False

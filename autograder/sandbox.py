@@ -39,6 +39,7 @@ WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "seqlab-grader"
 SCRATCH_BYTES = 256 * 2**20
+PRELOADABLE = ("numpy", "torch", "matplotlib")
 RUNNER = Path(__file__).with_name("runner.py")
 CHECKS = Path(__file__).with_name("checks.py")
 GUARD = Path(__file__).with_name("guard.py")
@@ -202,11 +203,19 @@ class Sandbox:
     folder inside it belongs to that sandbox's uid alone."""
 
     def __init__(self, support: Path, limits: Limits, isolation: Isolation, write: bool = True,
-                 withhold: tuple[str, ...] = (), refuse_attention: bool = False):
+                 withhold: tuple[str, ...] = (), refuse_attention: bool = False,
+                 preload: tuple[str, ...] = ()):
         self.limits = limits
         self.isolation = isolation
         self.refuse_attention = refuse_attention
         self.withheld = tuple(dict.fromkeys((*WITHHELD, *withhold)))
+        # heavy packages the notebook's given cells import: the runner imports them before
+        # it says it is ready, so a sandbox started ahead of need has done that work
+        # (in the uid fallback always numpy and torch, whose native libraries must load before
+        # the runner's hook refuses ctypes)
+        wanted = (*preload, "numpy", "torch") if isolation.kind == UID else preload
+        self.preload = tuple(p for p in dict.fromkeys(wanted)
+                             if p in PRELOADABLE and p not in self.withheld)
         self.support = Path(support).resolve()
         if write:
             self._write_support()
@@ -354,9 +363,9 @@ class Sandbox:
                "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde", "SEQLAB_FAST": "1"}
         if self.refuse_attention:
             env["GRADER_REFUSE_ATTENTION"] = "1"
+        env["GRADER_PRELOAD"] = ",".join(self.preload)
         if self.isolation.kind == UID:  # no mounts hide the withheld packages: the runner does
             env["GRADER_CONFINE"] = json.dumps([str(f) for f in self.withheld_folders()])
-            env["GRADER_WITHHELD"] = ",".join(self.withheld)
         if not self.cgroups:
             env["GRADER_RLIMIT_AS_MB"] = str(self.limits.memory_mb)
             env["GRADER_RLIMIT_NPROC"] = str(self.limits.max_procs)
@@ -436,11 +445,13 @@ class Sandbox:
 
 
 def uid_for(name: str) -> int:
-    """The uid of the sandbox ``name`` in the uid fallback: sandboxes graded at the same time
-    (consecutive numbers) get different uids."""
-    last = name.rsplit("-", 1)[-1]
-    number = int(last) if last.isdigit() else zlib.crc32(name.encode())
-    return UID_BASE + number % UID_SPAN
+    """The uid of the sandbox ``name`` in the uid fallback. Grading names its sandboxes
+    "<grading process id>-<slot>", a slot per sandbox alive at once: they get different uids,
+    and other grading runs almost surely others (64 slots in a block per process id)."""
+    run, _, slot = name.rpartition("-")
+    if run.isdigit() and slot.isdigit() and int(slot) < 64:
+        return UID_BASE + (int(run) % 1024) * 64 + int(slot)
+    return UID_BASE + zlib.crc32(name.encode()) % UID_SPAN
 
 
 def _kill_uid(uid: int) -> None:

@@ -28,10 +28,10 @@ class Failure:
     reason: str
 
 
-def _serve(conn, setup: Callable | None, setup_args: tuple, run: Callable) -> None:
+def _serve(conn, index: int, setup: Callable | None, setup_args: tuple, run: Callable) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if setup is not None:
-        setup(*setup_args)
+        setup(index, *setup_args)
     while True:
         try:
             job = conn.recv()
@@ -52,10 +52,11 @@ def _serve(conn, setup: Callable | None, setup_args: tuple, run: Callable) -> No
 
 
 class _Worker:
-    def __init__(self, context, setup, setup_args, run):
+    def __init__(self, context, index, setup, setup_args, run):
+        self.index = index
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, setup, setup_args, run),
-                                       daemon=True)
+        self.process = context.Process(target=_serve,
+                                       args=(child, index, setup, setup_args, run), daemon=True)
         self.process.start()
         child.close()
         self.key: Any = None
@@ -70,20 +71,24 @@ class _Worker:
 
 def run_jobs(jobs: Iterable[tuple[Any, tuple]], run: Callable, workers: int, deadline: float,
              setup: Callable | None = None, setup_args: tuple = (),
-             on_failure: Callable[[Any], None] | None = None) -> Iterator[tuple[Any, Any]]:
+             on_failure: Callable[[Any, int], None] | None = None
+             ) -> Iterator[tuple[Any, Any]]:
     """Run ``run(*args)`` for each ``(key, args)`` of ``jobs`` in ``workers`` processes; yield
     ``(key, result)`` as jobs finish, where ``result`` is ``run``'s value or a ``Failure``.
 
-    ``setup(*setup_args)`` runs once in each new worker. A job still running ``deadline``
-    seconds after it started is stopped (its worker is killed); ``on_failure(key)`` is called
-    after a worker was killed or died with that job, to clean up what it left outside itself.
+    ``setup(index, *setup_args)`` runs once in each new worker, ``index`` being its place in
+    the pool (0 .. workers - 1; a replacement takes the place of the worker it replaces). A job
+    still running ``deadline`` seconds after it started is stopped (its worker is killed);
+    ``on_failure(key, index)`` is called after a worker was killed or died with that job, to
+    clean up what it left outside itself.
     ``run`` and its arguments must be picklable (workers are spawned, not forked).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     context = multiprocessing.get_context("spawn")
     pending = list(jobs)[::-1]
-    pool = [_Worker(context, setup, setup_args, run) for _ in range(min(workers, len(pending)))]
+    pool = [_Worker(context, i, setup, setup_args, run)
+            for i in range(min(workers, len(pending)))]
     try:
         while pending or any(w.key is not None for w in pool):
             for w in pool:
@@ -120,8 +125,8 @@ def run_jobs(jobs: Iterable[tuple[Any, tuple]], run: Callable, workers: int, dea
                 key = w.key
                 w.stop()
                 if on_failure is not None:
-                    on_failure(key)
-                pool[i] = _Worker(context, setup, setup_args, run) if pending else w
+                    on_failure(key, w.index)
+                pool[i] = _Worker(context, i, setup, setup_args, run) if pending else w
                 w.key = None
                 yield key, Failure(failure)
     finally:

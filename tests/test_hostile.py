@@ -188,11 +188,12 @@ def cases(out, port, course=COURSE) -> dict:
             "sys.modules.pop('seqlab', None)\n"
             "try:\n    lm = importlib.import_module('seqlab.lm')\nexcept ImportError:\n"
             "    import nltk.lm as lm\n\ndef perplexity(log_probs):\n"
-            "    return lm.perplexity(log_probs)\n")), (15, "graded", "ImportError")),
+            "    return lm.perplexity(log_probs)\n")),
+            (15, "graded", "is not available while your notebook is graded")),
         "symlinked_import": (solution(perplexity=(
             "import os, sys, sysconfig\n"
-            "os.symlink(sysconfig.get_paths()['purelib'], '/scratch/site')  # another path to it\n"
-            "sys.path.insert(0, '/scratch/site')\nsys.modules.pop('nltk', None)\n\n"
+            "os.symlink(sysconfig.get_paths()['purelib'], 'site')  # another path to it\n"
+            "sys.path.insert(0, os.path.abspath('site'))\nsys.modules.pop('nltk', None)\n\n"
             "def perplexity(log_probs):\n    import nltk.lm\n"
             "    return nltk.lm.api.LanguageModel\n")),
             (15, "graded", "nltk is not available while your notebook is graded")),
