@@ -152,7 +152,8 @@ def cases(out, port, course=COURSE) -> dict:
            "        found.append(path)\n    except Exception as err:\n"
            "        print('blocked', type(err).__name__)\n"
            "print('LEAKED' if found else 'sealed')\n"
-           "for path in ['/tmp/note', 'note', '/usr/note']:\n    try:\n"
+           "import tempfile\n"
+           "for path in [tempfile.gettempdir() + '/note', 'note', '/usr/note']:\n    try:\n"
            "        open(path, 'w').write('x')\n        print('wrote', path)\n"
            "    except OSError as err:\n        print('read-only', path)\n")
     return {
@@ -329,7 +330,8 @@ def test_the_sandbox_hides_the_course_and_the_network(hostile, server):
     _, out, rows, subs, _ = hostile
     spy = printed(out, "spy")
     assert "sealed" in spy and "LEAKED" not in spy and spy.count("blocked") == 7
-    assert "wrote /tmp/note" in spy and "wrote note" in spy and "read-only /usr/note" in spy
+    assert "wrote note" in spy and "read-only /usr/note" in spy  # its own place to write
+    assert spy.count("wrote ") == 2  # and its temporary folder (its own scratch: TMPDIR)
     with open(out / "grades.csv") as handle:
         assert [r["student_id"] for r in csv.DictReader(handle)].count("spy") == 1
     if ISOLATION == "bubblewrap":
@@ -474,7 +476,7 @@ def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
 def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
     """Hosts that do not let the grader create cgroups (laptops, some containers) fall back to
     rlimits: the allocation fails inside the student's cell and grading goes on."""
-    from autograder.execute import Grading
+    from autograder.execute import grade_steps
     from autograder.normalize import plan, read_notebook
     from autograder.sandbox import Sandbox, support_folder
 
@@ -489,7 +491,7 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
     assert f"memory {LIMITS.memory_mb} MB (address-space rlimit)" in held, held
     # the runner never runs as root in a sandbox, so the per-user process cap binds it
     assert f"{LIMITS.max_procs} processes (per-user rlimit" in held, held
-    result = Grading(plan(master, student), sandbox, "rlimit").run()
+    result = grade_steps(plan(master, student), sandbox, "rlimit")
     assert result["status"] == "graded"
     assert "MemoryError" in result["message"]
     assert sum(t["points"] for t in result["tests"]) == FULL
