@@ -5,6 +5,7 @@ sandbox per submission for the student's code and runs the hidden tests itself (
 workers never run student code, and only this process writes grades: grades.csv (rewritten
 atomically after every student, so an interrupted run keeps what it has), feedback/<student>/,
 the autograded notebook for formgrader, and nbgrader's gradebook (so ``nbgrader export`` agrees).
+At the end it writes the similarity report (similarity.py) and the ``flags`` column it gives.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import gradebook
+from . import gradebook, similarity
 from .course import COURSE, check_assignment, generate, source_notebook, working_course
 from .feedback import write_feedback
 from .late import LatePolicy, load_timestamps
@@ -32,7 +33,8 @@ from .results import Result, Status
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import collect
 
-COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message")
+COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message",
+           "flags")
 
 _sandbox: Sandbox | None = None  # one per worker process
 
@@ -262,6 +264,12 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
             jobs.append((sub, sub.student_id, steps))
     if jobs:
         _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers)
+    flags = similarity.report_class(  # against the whole export, other shards' students too
+        answers_by_student={s.student_id: similarity.answers_of(master, s.notebook)
+                            for s in subs}, release=release, out=out,
+        students=[s.student_id for s in mine], log=log)
+    for row in run.all_rows():  # cells to review, for the instructor only: no score changes
+        row["flags"] = flags.get(row["student_id"], "")
     _write_csv(out / "grades.csv", run.all_rows())
     return run.all_rows()
 

@@ -6,6 +6,10 @@
 notebook (hidden tests; outside the sandbox's view) and this project's source. ``run`` is what
 ``run_autograder`` calls. Set ``AUTOGRADER_ROOT`` (and ``AUTOGRADER_PYTHON``) to try a bundle
 outside Gradescope, against a folder laid out like ``/autograder``.
+
+Gradescope grades one submission at a time, so its similarity report compares the answers with
+the course library only, never with classmates (grade the class's export with ``grade`` for
+that): in results.json's ``extra_data`` and the autograder's output, which students do not see.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from . import similarity
 from .course import COURSE, check_assignment, source_notebook
 from .normalize import master_step, plan, read_notebook, withheld
-from .release import has_visible_code
+from .release import has_visible_code, release
 from .results import gradescope_tests
 from .sandbox import Limits, Sandbox, sandbox_problem
 from .submissions import choose_notebook, student_files
@@ -69,6 +74,9 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
         zf.write(course / "nbgrader_config.py", "course/nbgrader_config.py")
         zf.write(source_notebook(assignment, course),
                  f"course/source/{assignment}/{assignment}.ipynb")
+        with tempfile.TemporaryDirectory() as tmp:  # the given code, for the similarity report
+            zf.write(release(assignment, Path(tmp), course) / f"{assignment}.ipynb",
+                     f"course/release/{assignment}/{assignment}.ipynb")
         for entry in SOURCES:
             path = PROJECT / entry
             files = [path] if path.is_file() else sorted(
@@ -82,6 +90,22 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
 def _results(score: float, output: str, tests: list[dict]) -> dict:
     return {"score": score, "output": output, "tests": tests, "visibility": "visible",
             "stdout_visibility": "hidden"}
+
+
+def _library_matches(course: Path, assignment: str, steps) -> list[dict]:
+    """The answers of one submission against the course library, printed for the instructor;
+    a failure here is reported, and never costs the grade."""
+    released = course / "release" / assignment / f"{assignment}.ipynb"
+    try:
+        found = similarity.library_only(
+            answers_of_student=similarity.answers(steps),
+            release=read_notebook(released) if released.exists() else None)
+    except Exception as err:
+        print(f"similarity: not checked ({type(err).__name__}: {err})")
+        return [{"error": f"{type(err).__name__}: {err}"}]
+    for m in found:
+        print(f"similarity: answer {m['cell']} is {m['similarity']:.0%} {m['match']}")
+    return found
 
 
 def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
@@ -115,6 +139,7 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
             tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})
             report = _results(sum(t["score"] for t in tests),
                               f"{result['status']}. {result['message']}".strip(), tests)
+            report["extra_data"] = {"similarity": _library_matches(course, assignment, steps)}
     except Exception as err:  # never leave Gradescope without a results.json
         report = _results(0.0, f"grading failed ({type(err).__name__}: {err}); this is not "
                                "your fault, please tell your instructor", zero)

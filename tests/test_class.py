@@ -175,6 +175,8 @@ def test_three_shards_merge_into_the_unsharded_grades(graded, export, tmp_path):
         merge(shards[:2], tmp_path / "partial", log=lambda *a: None)
     merge(shards, tmp_path / "merged", log=lambda *a: None)
     assert (tmp_path / "merged" / "grades.csv").read_text() == (out / "grades.csv").read_text()
+    for report in ("similarity.csv", "similarity.html"):  # pairs across shards included
+        assert (tmp_path / "merged" / report).read_text() == (out / report).read_text()
     with pytest.raises(ValueError, match="graded in both"):
         merge([shards[0], shards[0]], tmp_path / "twice", log=lambda *a: None)
     from nbgrader.api import Gradebook
