@@ -74,9 +74,9 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
         zf.write(course / "nbgrader_config.py", "course/nbgrader_config.py")
         zf.write(source_notebook(assignment, course),
                  f"course/source/{assignment}/{assignment}.ipynb")
-        with tempfile.TemporaryDirectory() as tmp:  # the given code, for the similarity report
-            zf.write(release(assignment, Path(tmp), course) / f"{assignment}.ipynb",
-                     f"course/release/{assignment}/{assignment}.ipynb")
+        with tempfile.TemporaryDirectory() as folder:  # given code, for the similarity report
+            released = release(assignment, Path(folder), course) / f"{assignment}.ipynb"
+            zf.write(released, f"course/release/{assignment}/{assignment}.ipynb")
         for entry in SOURCES:
             path = PROJECT / entry
             files = [path] if path.is_file() else sorted(

@@ -31,7 +31,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 NOISE = 25          # k: the shortest shared run of tokenized code that counts, in characters
@@ -40,6 +40,7 @@ MIN_MATCH = 60      # shared tokenized characters (about three lines) to judge a
 ADDED = "(added cells)"  # code cells a student added: compared as one more answer
 COLUMNS = ("student_id", "cell", "match", "similarity")
 MAX_CODE = 100_000  # characters of one answer fingerprinted; a longer one is cut there
+SHOWN = 3           # matches of one answer shown side by side in the HTML (all are in the csv)
 
 
 @dataclass(frozen=True)
@@ -147,22 +148,28 @@ def _marked(code: str, slices) -> str:
     return text
 
 
-def _pair(student, cell, other, fp, fp_other, threshold, min_match, both) -> list[Match]:
+def _pair(student, cell, other, fp, fp_other, threshold, min_match, both, seen) -> list[Match]:
     """The reported directions of one comparison: the student's, and with ``both`` (``other``
-    is a student too) the other's."""
+    is a student too) the other's. ``seen`` keeps each distinct pair's result: resubmitted,
+    untouched or shared answers repeat the same texts, which are compared once."""
     from copydetect import compare_files
 
-    if fp.hashes.isdisjoint(fp_other.hashes):
+    key = (id(fp), id(fp_other))
+    if key not in seen:
+        seen[key] = None if fp.hashes.isdisjoint(fp_other.hashes) else \
+            compare_files(fp, fp_other)[1:] + ({},)
+    if seen[key] is None:
         return []
-    _, (share, share_other), (slices, slices_other) = compare_files(fp, fp_other)
+    (share, share_other), (slices, slices_other), marked = seen[key]
     found = []
-    for who, what, sim, a, b, sa, sb in (
-            (student, other, share, fp, fp_other, slices, slices_other),
-            (other, student, share_other, fp_other, fp, slices_other, slices))[:1 + both]:
+    for side, who, what, sim, a, b, sa, sb in (
+            (0, student, other, share, fp, fp_other, slices, slices_other),
+            (1, other, student, share_other, fp_other, fp, slices_other, slices))[:1 + both]:
         shared = int(round(sim * a.token_coverage))  # tokenized characters of a in b
         if sim >= threshold and shared >= min_match:
-            found.append(Match(who, cell, what, round(float(sim), 3), shared,
-                               _marked(a.raw_code, sa), _marked(b.raw_code, sb)))
+            if side not in marked:
+                marked[side] = _marked(a.raw_code, sa), _marked(b.raw_code, sb)
+            found.append(Match(who, cell, what, round(float(sim), 3), shared, *marked[side]))
     return found
 
 
@@ -182,16 +189,20 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
     unknown = [s for s in chosen if s not in answers_by_student]
     if unknown:
         raise ValueError(f"students {unknown} have no answers to compare")
-    given = Given(given, noise)
-    prints = {s: {cell: _fingerprint(given.strip(code), given.hashes, noise)
-                  for cell, code in cells.items()}
+    given, texts, seen = Given(given, noise), {}, {}
+    for cells in answers_by_student.values():
+        for code in cells.values():
+            if code not in texts:  # one fingerprint per distinct text
+                texts[code] = _fingerprint(given.strip(code), given.hashes, noise)
+    prints = {s: {cell: texts[code] for cell, code in cells.items()}
               for s, cells in answers_by_student.items()}
     modules = {name: _module_print(code, noise) for name, code in library.items()}
     mine, found = set(chosen), []
     for student in chosen:
         for cell, fp in prints[student].items():
             for name, module in modules.items():
-                found += _pair(student, cell, name, fp, module, threshold, min_match, False)
+                found += _pair(student, cell, name, fp, module, threshold, min_match, False,
+                               seen)
     others = list(answers_by_student)
     for i, a in enumerate(others):  # each pair of students once, both directions
         for b in others[i + 1:]:
@@ -199,14 +210,20 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
                 continue
             for cell in prints[a].keys() & prints[b].keys():
                 for m in _pair(a, cell, b, prints[a][cell], prints[b][cell], threshold,
-                               min_match, True):
+                               min_match, True, seen):
                     if m.student_id in mine:
                         found.append(m)
     rank = {s: i for i, s in enumerate(chosen)}
     cells = {c: i for i, c in enumerate(dict.fromkeys(
         c for s in chosen for c in answers_by_student[s]))}
-    return sorted(found, key=lambda m: (rank[m.student_id], cells.get(m.cell, len(cells)),
-                                        -m.similarity, m.match))
+    found.sort(key=lambda m: (rank[m.student_id], cells.get(m.cell, len(cells)),
+                              -m.similarity, m.match))
+    shown: dict[tuple, int] = {}  # the HTML shows the closest SHOWN matches of each answer
+    for i, m in enumerate(found):
+        shown[m.student_id, m.cell] = shown.get((m.student_id, m.cell), 0) + 1
+        if shown[m.student_id, m.cell] > SHOWN:
+            found[i] = replace(m, answer_html="", match_html="")
+    return found
 
 
 def flags(matches: Iterable[Match]) -> dict[str, str]:
@@ -253,18 +270,20 @@ def read_report(folder: Path) -> list[Match]:
 
 
 def _html(matches: list[Match], title: str) -> str:
+    shown = [m for m in matches if m.answer_html]
     rows = "\n".join(
         f"<h2>{html.escape(m.student_id)} · {html.escape(m.cell)} · {html.escape(m.match)}: "
         f"{m.similarity:.0%} of the answer ({m.shared} shared characters of tokenized code)</h2>"
         f"<table><tr><th>{html.escape(m.student_id)}</th><th>{html.escape(m.match)}</th></tr>"
         f"<tr><td><pre>{m.answer_html}</pre></td><td><pre>{m.match_html}</pre></td></tr>"
-        "</table>" for m in matches)
+        "</table>" for m in shown)
     return ("<!doctype html><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>"
             "table{width:100%;table-layout:fixed}td{vertical-align:top;width:50%}"
             "pre{white-space:pre-wrap;font-size:12px}mark{background:#fd8}</style>"
-            f"<h1>{html.escape(title)}</h1><p>{len(matches)} pair(s) to review. Marked: code "
-            "the two share (names, layout and comments ignored; code the release gives "
+            f"<h1>{html.escape(title)}</h1><p>{len(matches)} pair(s) to review, all in "
+            f"similarity.csv; here the closest {SHOWN} of each answer ({len(shown)}). Marked: "
+            "code the two share (names, layout and comments ignored; code the release gives "
             "excluded). A pair is a reason to look, not a verdict: a flag never changes a "
             f"score.</p>\n{rows}\n")
 
