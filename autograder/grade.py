@@ -265,9 +265,8 @@ def _grade(assignment, subs, out, course, limits, workers, unsafe, policy, times
     if jobs:
         _run_jobs(run, jobs, out, limits, unsafe, sandbox, workers)
     flags = similarity.report_class(  # against the whole export, other shards' students too
-        answers_by_student={s.student_id: similarity.answers_of(master, s.notebook)
-                            for s in subs}, release=release, out=out,
-        students=[s.student_id for s in mine], log=log)
+        master=master, notebooks={s.student_id: s.notebook for s in subs}, release=release,
+        out=out, students=[s.student_id for s in mine], log=log)
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     _write_csv(out / "grades.csv", run.all_rows())

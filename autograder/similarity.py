@@ -116,7 +116,7 @@ def answers_of(master: dict, notebook: Path | None) -> dict[str, str]:
         return {}
     try:
         return answers(plan(master, read_notebook(notebook)))
-    except (ValueError, OSError):
+    except Exception:  # whatever is wrong with the file, it has no answers to compare
         return {}
 
 
@@ -288,16 +288,17 @@ def _html(matches: list[Match], title: str) -> str:
             f"score.</p>\n{rows}\n")
 
 
-def report_class(*, answers_by_student: Mapping[str, Mapping[str, str]], release: dict,
-                 out: Path, students: Iterable[str] | None = None, log=print
-                 ) -> dict[str, str]:
-    """Compare a class (see ``compare``) with the installed ``seqlab`` and with itself, write
-    the report into ``out`` and return the flags by student. A failure here is logged and
+def report_class(*, master: dict, notebooks: Mapping[str, Path | None], release: dict,
+                 out: Path, students: Iterable[str] | None = None, log=print) -> dict[str, str]:
+    """Compare the submitted ``notebooks`` (student_id -> file, None when there is none) with
+    the installed ``seqlab`` and with each other (see ``compare``), write the report into
+    ``out`` and return the flags of ``students`` (default: all). A failure here is logged and
     leaves the grades alone: every student then reads "not checked"."""
-    chosen = list(answers_by_student if students is None else students)
+    chosen = list(notebooks if students is None else students)
     try:
-        matches = compare(answers_by_student, library=library_sources(),
-                          given=release_code(release), students=chosen)
+        matches = compare({s: answers_of(master, path) for s, path in notebooks.items()},
+                          library=library_sources(), given=release_code(release),
+                          students=chosen)
         write_report(matches, out=out)
     except Exception as err:  # the report must never cost the grades
         log(f"similarity report failed ({type(err).__name__}: {err}); grades are unaffected")
