@@ -5,6 +5,7 @@ sandbox per submission for the student's code and runs the hidden tests itself (
 workers never run student code, and only this process writes grades: grades.csv (rewritten
 atomically after every student, so an interrupted run keeps what it has), feedback/<student>/,
 the autograded notebook for formgrader, and nbgrader's gradebook (so ``nbgrader export`` agrees).
+At the end it writes the similarity report (similarity.py) and the ``flags`` column it gives.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import gradebook
+from . import gradebook, similarity
 from .course import COURSE, check_assignment, generate, source_notebook, working_course
 from .feedback import write_feedback
 from .isolation import UID, Isolation, choose, refuse_if_exposed
@@ -41,7 +42,8 @@ from .sandbox import Limits, Sandbox, support_folder
 from .submissions import collect
 from .workers import Failure, run_jobs
 
-COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message")
+COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message",
+           "flags")
 
 class _Worker:
     """A grading worker's sandboxes: each submission gets a sandbox of its own, started while
@@ -294,6 +296,11 @@ def _grade(assignment, subs, out, course, limits, workers, isolation, policy, ti
     finally:
         if sandbox.support != out / "sandbox":
             shutil.rmtree(sandbox.support, ignore_errors=True)
+    flags = similarity.report_class(  # against the whole export, other shards' students too
+        master=master, notebooks={s.student_id: s.notebook for s in subs}, release=release,
+        out=out, students=[s.student_id for s in mine], log=log)
+    for row in run.all_rows():  # cells to review, for the instructor only: no score changes
+        row["flags"] = flags.get(row["student_id"], "")
     _write_csv(out / "grades.csv", run.all_rows())
     return run.all_rows()
 

@@ -9,6 +9,10 @@ bubblewrap cannot start: grading then uses the uid fallback (``isolation``), for
 ``run_autograder`` first makes the hidden tests, the results and the submission root's alone.
 Set ``AUTOGRADER_ROOT`` (and ``AUTOGRADER_PYTHON``) to try a bundle outside Gradescope, against
 a folder laid out like ``/autograder``.
+
+Gradescope grades one submission at a time, so its similarity report compares the answers with
+the course library only, never with classmates (grade the class's export with ``grade`` for
+that): in results.json's ``extra_data`` and the autograder's output, which students do not see.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from . import similarity
 from .course import COURSE, check_assignment, source_notebook
 from .isolation import UID, choose, refuse_if_exposed
 from .normalize import given_imports, master_step, plan, read_notebook, refuses_attention, withheld
-from .release import has_visible_code
+from .release import has_visible_code, release
 from .results import gradescope_tests
 from .sandbox import Limits, Sandbox, support_folder
 from .submissions import choose_notebook, student_files
@@ -85,6 +90,9 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
         zf.write(course / "nbgrader_config.py", "course/nbgrader_config.py")
         zf.write(source_notebook(assignment, course),
                  f"course/source/{assignment}/{assignment}.ipynb")
+        with tempfile.TemporaryDirectory() as folder:  # given code, for the similarity report
+            released = release(assignment, Path(folder), course) / f"{assignment}.ipynb"
+            zf.write(released, f"course/release/{assignment}/{assignment}.ipynb")
         for entry in SOURCES:
             path = PROJECT / entry
             files = [path] if path.is_file() else sorted(
@@ -98,6 +106,22 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
 def _results(score: float, output: str, tests: list[dict]) -> dict:
     return {"score": score, "output": output, "tests": tests, "visibility": "visible",
             "stdout_visibility": "hidden"}
+
+
+def _library_matches(course: Path, assignment: str, steps) -> list[dict]:
+    """The answers of one submission against the course library, printed for the instructor;
+    a failure here is reported, and never costs the grade."""
+    released = course / "release" / assignment / f"{assignment}.ipynb"
+    try:
+        found = similarity.library_only(
+            answers_of_student=similarity.answers(steps),
+            release=read_notebook(released) if released.exists() else None)
+    except Exception as err:
+        print(f"similarity: not checked ({type(err).__name__}: {err})")
+        return [{"error": f"{type(err).__name__}: {err}"}]
+    for m in found:
+        print(f"similarity: answer {m['cell']} is {m['similarity']:.0%} {m['match']}")
+    return found
 
 
 def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
@@ -135,6 +159,7 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
             report = _results(sum(t["score"] for t in tests),
                               f"Graded in isolation: {sandbox.limits_in_force}.\n"
                               f"{result['status']}. {result['message']}".strip(), tests)
+            report["extra_data"] = {"similarity": _library_matches(course, assignment, steps)}
     except Exception as err:  # never leave Gradescope without a results.json
         report = _results(0.0, f"grading failed ({type(err).__name__}: {err}); this is not "
                                "your fault, please tell your instructor", zero)

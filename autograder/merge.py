@@ -2,8 +2,11 @@
 
 A course of several hundred students can be graded as an array job on a cluster: each task
 grades its shard into its own folder, then ``python -m autograder merge`` joins grades.csv,
-feedback and the nbgrader gradebooks. It refuses shards from different exports or assignments,
-a student graded twice, and names every student of the export that no shard graded.
+feedback, the nbgrader gradebooks and the similarity reports. It refuses shards from different
+exports or assignments, a student graded twice, and names every student of the export that no
+shard graded. Each shard compared its own students with the whole export (every shard unpacks
+all of it), so pairs across shards are in the shards' reports already: merging them is joining
+them, and the ``flags`` column stays as each shard wrote it, from the same pairs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import gradebook
+from . import gradebook, similarity
 from .grade import _write_csv, read_grades
 
 
@@ -86,6 +89,10 @@ def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
                 shutil.copytree(owner[student] / "feedback" / student,
                                 staging / "feedback" / student)
         _write_csv(staging / "grades.csv", ordered)
+        rank = {s: i for i, s in enumerate(first["students"])}
+        matches = sorted((m for folder in outputs for m in similarity.read_report(folder)),
+                         key=lambda m: rank[m.student_id])  # stable: each shard's order kept
+        similarity.write_report(matches, out=staging)
         (staging / "manifest.json").write_text(json.dumps(
             {**first, "shard": None, "responsible": first["students"]}, indent=1))
         if dest.exists():

@@ -1,0 +1,146 @@
+"""The similarity report: measured on a class of honest, pasted and shared answers (see
+``similarity_class``), once through a real grading run of assignment 01 (2 workers), and on the
+other assignments by calling the module on the same notebooks grading would read."""
+
+import csv
+import json
+
+import pytest
+from similarity_class import CLASS
+
+from autograder import similarity
+from autograder.course import source_notebook
+from autograder.grade import grade
+from autograder.normalize import plan, read_notebook
+from autograder.release import release
+from autograder.sandbox import Limits, sandbox_problem
+
+LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
+
+
+def notebook(assignment: str, answers: dict, released: dict) -> dict:
+    """The release with the given answer cells (by grade_id) filled in, as a student submits."""
+    nb = json.loads(json.dumps(released))
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell["source"] = answers[gid]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("releases")
+    return {a: read_notebook(release(a, tmp) / f"{a}.ipynb") for a in CLASS}
+
+
+def expected_flags(assignment: str) -> set:
+    """(student, cell, match) of every pair that must be reported: each of ``paste``'s answers
+    against the library, and the answers ``share_a`` and ``share_b`` have in common."""
+    students = CLASS[assignment]
+    found = {("paste", cell, "library") for cell in students.get("paste", {})}
+    for a, b in (("share_a", "share_b"), ("share_b", "share_a")):
+        found |= {(a, cell, b) for cell in students.get(a, {}).keys() & students.get(b, {})}
+    return found
+
+
+def reported(matches) -> set:
+    return {(m.student_id, m.cell, "library" if m.match.startswith("seqlab.") else m.match)
+            for m in matches}
+
+
+@pytest.mark.parametrize("assignment", sorted(CLASS))
+def test_pastes_and_shared_answers_are_flagged_and_honest_ones_never(assignment, releases):
+    master = read_notebook(source_notebook(assignment))
+    answers = {s: similarity.answers(plan(master, notebook(assignment, cells,
+                                                          releases[assignment])))
+               for s, cells in CLASS[assignment].items()}
+    matches = similarity.compare(answers, library=similarity.library_sources(),
+                                 given=similarity.release_code(releases[assignment]))
+    assert reported(matches) == expected_flags(assignment)
+    for m in matches:
+        assert m.similarity >= similarity.THRESHOLD and m.shared >= similarity.MIN_MATCH
+        assert "<mark>" in m.answer_html and "<mark>" in m.match_html
+    # and with no threshold at all, every honest pair of ``shared >= MIN_MATCH`` stays below it
+    everything = similarity.compare(answers, library=similarity.library_sources(),
+                                    given=similarity.release_code(releases[assignment]),
+                                    threshold=1e-9, min_match=0)
+    flagged = expected_flags(assignment)
+    honest = [m.similarity for m in everything if (
+        m.student_id, m.cell, "library" if m.match.startswith("seqlab.") else m.match)
+        not in flagged and m.shared >= similarity.MIN_MATCH]
+    assert max(honest, default=0) < similarity.THRESHOLD, sorted(honest)[-3:]
+
+
+def test_the_untouched_release_and_the_given_code_never_count(releases):
+    a = "07_bleu"
+    master = read_notebook(source_notebook(a))
+    untouched = similarity.answers(plan(master, releases[a]))
+    assert untouched  # the stubs are there, and are all given code
+    matches = similarity.compare({"s1": untouched, "s2": untouched},
+                                 library=similarity.library_sources(),
+                                 given=similarity.release_code(releases[a]), threshold=1e-9,
+                                 min_match=0)
+    assert matches == []
+
+
+def test_gradescope_compares_with_the_library_only(releases):
+    a = "05_transformer"
+    master = read_notebook(source_notebook(a))
+    paste = similarity.answers(plan(master, notebook(a, CLASS[a]["paste"], releases[a])))
+    found = similarity.library_only(answers_of_student=paste, release=releases[a])
+    assert [(m["cell"], m["match"]) for m in found] == [("sdpa", "seqlab.attention")]
+
+
+def test_a_failing_report_never_costs_the_grades(tmp_path, monkeypatch, releases):
+    def broken(package="seqlab"):
+        raise RuntimeError("no library here")
+
+    monkeypatch.setattr(similarity, "library_sources", broken)
+    said = []
+    master = read_notebook(source_notebook("07_bleu"))
+    flags = similarity.report_class(master=master, notebooks={"s1": None},
+                                    release=releases["07_bleu"], out=tmp_path, log=said.append)
+    assert flags == {"s1": "not checked: the similarity report failed (RuntimeError)"}
+    assert "grades are unaffected" in said[0]
+
+
+def test_bad_thresholds_are_refused():
+    with pytest.raises(ValueError, match="threshold"):
+        similarity.compare({}, library={}, threshold=0)
+    with pytest.raises(ValueError, match="min_match"):
+        similarity.compare({}, library={}, min_match=-1)
+    with pytest.raises(ValueError, match="no answers"):
+        similarity.compare({}, library={}, students=["nobody"])
+
+
+@pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")
+def test_a_graded_class(tmp_path, releases):
+    """One run: flags in grades.csv and the report agree, and a flag changes no score."""
+    a = "01_language_models"
+    points = {"count_ngrams": 4, "bigram_probs": 5, "sentence_logprob": 3, "perplexity": 3,
+              "ffn_forward": 3}
+    for student, cells in CLASS[a].items():
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        (tmp_path / "subs" / student / f"{a}.ipynb").write_text(
+            json.dumps(notebook(a, cells, releases[a])))
+    rows = {r["student_id"]: r for r in grade(a, tmp_path / "subs", tmp_path / "out",
+                                              limits=LIMITS, workers=2, log=lambda *x: None)}
+    for student, cells in CLASS[a].items():  # every answer of the class is right
+        assert float(rows[student]["score"]) == sum(points[c] for c in cells), rows[student]
+    with open(tmp_path / "out" / "similarity.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert list(table[0]) == ["student_id", "cell", "match", "similarity"]
+    assert {(r["student_id"], r["cell"], "library" if r["match"].startswith("seqlab.") else
+             r["match"]) for r in table} == expected_flags(a)
+    for student, row in rows.items():
+        cells = {r["cell"] for r in table if r["student_id"] == student}
+        assert {part.split(":")[0] for part in row["flags"].split("; ") if part} == cells
+    with open(tmp_path / "out" / "grades.csv") as handle:
+        assert {r["student_id"]: r["flags"] for r in csv.DictReader(handle)} == \
+            {s: r["flags"] for s, r in rows.items()}
+    assert rows["paste"]["flags"].startswith("perplexity: seqlab.lm 0.9")
+    page = (tmp_path / "out" / "similarity.html").read_text()
+    assert page.count("<h2>") == len(table) and "<mark>" in page
+    feedback = (tmp_path / "out" / "feedback" / "paste" / "feedback.json").read_text()
+    assert "seqlab.lm" not in feedback  # flags are for the instructor, not in the feedback
