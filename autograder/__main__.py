@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .course import COURSE, check_assignment
+from .authoring.course import COURSE, check_assignment
 
 
 def _limit_flags(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _limits(args):
-    from .sandbox import Limits
+    from .isolation.sandbox import Limits
 
     return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs)
 
@@ -32,8 +32,8 @@ def _doctor(limits, course: Path) -> str:
     """The isolation grading would use here, each limit in force or not and why, the fix."""
     import tempfile
 
-    from .isolation import choose, report
-    from .sandbox import Sandbox, support_folder
+    from .isolation.kinds import choose, report
+    from .isolation.sandbox import Sandbox, support_folder
 
     try:
         isolation = choose()
@@ -58,18 +58,93 @@ def _grader_path() -> None:
         sys.path.append(home)
 
 
-def main(argv=None) -> int:
-    _grader_path()
-    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
-    parser.add_argument("--course", type=Path, default=COURSE,
-                        help="nbgrader course folder (default: the repository's assignments/)")
-    commands = parser.add_subparsers(dest="command", required=True)
+# --- one function per command: each takes the parsed arguments, returns the exit status ---
+def release_command(args) -> int:
+    from .authoring.release import release
 
-    p = commands.add_parser("release", help="write the student version of an assignment")
+    print(f"release written to {release(args.assignment, args.out, args.course)}")
+    return 0
+
+
+def publish_command(args) -> int:
+    from .authoring.publish import publish
+
+    path = publish(args.out, args.repo, args.branch, args.course)
+    print(f"student edition written to {path}: commit and push it as its own repository")
+    return 0
+
+
+def grade_command(args) -> int:
+    from .intake.late import load_policy
+    from .scoring.grade import grade, parse_shard
+
+    policy = load_policy(args.late_policy or args.course / "late_policy.toml")
+    rows = grade(check_assignment(args.assignment, args.course), args.submissions, args.out,
+                 args.course, limits=_limits(args), workers=args.workers,
+                 unsafe=args.unsafe_no_sandbox, policy=policy, timestamps=args.timestamps,
+                 regrade=args.regrade, only=args.only,
+                 shard=parse_shard(args.shard) if args.shard else None)
+    print(f"{len(rows)} student(s) in {args.out / 'grades.csv'}")
+    return 0
+
+
+def merge_command(args) -> int:
+    from .scoring.merge import merge
+
+    merge(args.outputs, args.out)
+    return 0
+
+
+def gradescope_command(args) -> int:
+    from .scoring.gradescope import bundle
+
+    path = bundle(check_assignment(args.assignment, args.course), args.out, args.course,
+                  _limits(args))
+    print(f"Gradescope bundle written to {path}")
+    return 0
+
+
+def gradescope_run_command(args) -> int:
+    from .scoring.gradescope import run
+
+    report = run(check_assignment(args.assignment, args.course), args.submission, args.results,
+                 args.course, _limits(args))
+    print(report["output"])
+    return 0
+
+
+def doctor_command(args) -> int:
+    print(_doctor(_limits(args), args.course))
+    return 0
+
+
+def selftest_command(args) -> int:
+    from .authoring.selftest import selftest_all
+
+    failures = selftest_all(args.assignment or None, args.course,
+                            independence=args.independence)
+    for failure in failures:
+        print("FAIL:", failure, file=sys.stderr)
+    return 1 if failures else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: each subcommand's arguments, and its function (``args.run``)."""
+    top = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    top.add_argument("--course", type=Path, default=COURSE,
+                     help="nbgrader course folder (default: the repository's assignments/)")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    def command(name, run, help):
+        p = commands.add_parser(name, help=help)
+        p.set_defaults(run=run)
+        return p
+
+    p = command("release", release_command, "write the student version of an assignment")
     p.add_argument("assignment")
     p.add_argument("--out", type=Path, required=True, help="folder to write the release into")
 
-    p = commands.add_parser("publish", help="build the student edition (lectures, library, "
+    p = command("publish", publish_command, "build the student edition (lectures, library, "
                                             "released assignments) as a folder to push")
     p.add_argument("--out", type=Path, required=True,
                    help="new folder, earlier edition, or a clone of the edition's repository "
@@ -78,7 +153,7 @@ def main(argv=None) -> int:
                                   "cells (default: [tool.seqlab.colab] of pyproject.toml)")
     p.add_argument("--branch", help="its branch (default: the one in pyproject.toml)")
 
-    p = commands.add_parser("grade", help="autograde a folder or LMS zip of submissions")
+    p = command("grade", grade_command, "autograde a folder or LMS zip of submissions")
     p.add_argument("assignment")
     p.add_argument("--submissions", type=Path, required=True,
                    help="folder with one sub-folder per student, or a zip export")
@@ -100,87 +175,45 @@ def main(argv=None) -> int:
     p.add_argument("--shard", metavar="I/N",
                    help="grade a fixed 1/N of the students (join the outputs with merge)")
 
-    p = commands.add_parser("merge", help="join the outputs of sharded grade runs")
+    p = command("merge", merge_command, "join the outputs of sharded grade runs")
     p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")
     p.add_argument("--out", type=Path, required=True, help="folder for the merged output")
 
-    p = commands.add_parser("gradescope", help="write a Gradescope autograder bundle (zip)")
+    p = command("gradescope", gradescope_command, "write a Gradescope autograder bundle (zip)")
     p.add_argument("assignment")
     p.add_argument("--out", type=Path, required=True, help="the zip to write")
     _limit_flags(p)
 
-    p = commands.add_parser("gradescope-run", help="(inside Gradescope) grade one submission")
+    p = command("gradescope-run", gradescope_run_command,
+                "(inside Gradescope) grade one submission")
     p.add_argument("assignment")
     p.add_argument("--submission", type=Path, required=True)
     p.add_argument("--results", type=Path, required=True)
     _limit_flags(p)
 
-    p = commands.add_parser("doctor", help="say which isolation grading would use here, which "
-                                           "limits hold, and what to fix")
+    p = command("doctor", doctor_command, "say which isolation grading would use here, which "
+                                          "limits hold, and what to fix")
     _limit_flags(p)
 
-    p = commands.add_parser("selftest", help="solution gets full marks, release gets 0")
+    p = command("selftest", selftest_command, "solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")
     p.add_argument("--independence", action="store_true",
                    help="also stub each answer in turn: only the test cells that use it may "
                         "lose points (grades one more submission per answer)")
+    return top
 
-    args = parser.parse_args(argv)
+
+def main(argv=None) -> int:
+    _grader_path()
+    args = parser().parse_args(argv)
     try:
-        if args.command == "release":
-            from .release import release
-
-            print(f"release written to {release(args.assignment, args.out, args.course)}")
-        elif args.command == "publish":
-            from .publish import publish
-
-            path = publish(args.out, args.repo, args.branch, args.course)
-            print(f"student edition written to {path}: commit and push it as its own repository")
-        elif args.command == "grade":
-            from .grade import grade, parse_shard
-            from .late import load_policy
-
-            limits = _limits(args)
-            policy = load_policy(args.late_policy or args.course / "late_policy.toml")
-            rows = grade(check_assignment(args.assignment, args.course), args.submissions,
-                         args.out, args.course, limits=limits, workers=args.workers,
-                         unsafe=args.unsafe_no_sandbox, policy=policy,
-                         timestamps=args.timestamps, regrade=args.regrade, only=args.only,
-                         shard=parse_shard(args.shard) if args.shard else None)
-            print(f"{len(rows)} student(s) in {args.out / 'grades.csv'}")
-        elif args.command == "merge":
-            from .merge import merge
-
-            merge(args.outputs, args.out)
-        elif args.command == "gradescope":
-            from .gradescope import bundle
-
-            path = bundle(check_assignment(args.assignment, args.course), args.out, args.course,
-                          _limits(args))
-            print(f"Gradescope bundle written to {path}")
-        elif args.command == "doctor":
-            print(_doctor(_limits(args), args.course))
-        elif args.command == "gradescope-run":
-            from .gradescope import run
-
-            report = run(check_assignment(args.assignment, args.course), args.submission,
-                         args.results, args.course, _limits(args))
-            print(report["output"])
-        else:
-            from .selftest import selftest_all
-
-            failures = selftest_all(args.assignment or None, args.course,
-                                    independence=args.independence)
-            for failure in failures:
-                print("FAIL:", failure, file=sys.stderr)
-            return 1 if failures else 0
+        return args.run(args)
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("stopped (Ctrl-C)", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.course import generate, nbgrader, source_notebook, working_course
-from autograder.grade import grade
+from autograder.authoring.course import generate, nbgrader, source_notebook, working_course
+from autograder.scoring.grade import grade
 
 A = "01_language_models"
 

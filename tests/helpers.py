@@ -65,7 +65,7 @@ def docker_capabilities(command: list[str]) -> list[str]:
     import re
     import shlex
 
-    from autograder.isolation import DOCKER_CAPABILITIES
+    from autograder.isolation.kinds import DOCKER_CAPABILITIES
 
     shown = subprocess.run(["capsh", "--print"], capture_output=True, text=True,
                            check=True).stdout

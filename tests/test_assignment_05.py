@@ -16,9 +16,9 @@ import re
 import nbformat
 import pytest
 
-from autograder.course import source_notebook
-from autograder.grade import grade
-from autograder.sandbox import sandbox_problem
+from autograder.authoring.course import source_notebook
+from autograder.isolation.sandbox import sandbox_problem
+from autograder.scoring.grade import grade
 
 A = "05_transformer"
 FULL = 15.0

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from test_hostile import cell_of
 
+from autograder.authoring.course import source_notebook
 from autograder.checks import NO_FUSED_ATTENTION, own_work
-from autograder.course import source_notebook
-from autograder.grade import grade
-from autograder.sandbox import Limits, sandbox_problem
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade
 
 A = "04_attention"
 FULL = 11.0

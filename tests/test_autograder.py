@@ -7,11 +7,11 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.course import COURSE, assignments, source_notebook
-from autograder.grade import grade
-from autograder.late import load_policy
-from autograder.release import ReleaseLeak, leaks, release
-from autograder.selftest import selftest
+from autograder.authoring.course import COURSE, assignments, source_notebook
+from autograder.authoring.release import ReleaseLeak, leaks, release
+from autograder.authoring.selftest import selftest
+from autograder.intake.late import load_policy
+from autograder.scoring.grade import grade
 
 A = "01_language_models"
 
@@ -117,7 +117,7 @@ def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
 
 
 def test_a_grader_failure_on_one_student_costs_only_that_row(tmp_path, monkeypatch):
-    import autograder.gradebook as gradebook
+    import autograder.scoring.gradebook as gradebook
 
     real = gradebook.record
 
@@ -142,7 +142,7 @@ def test_grading_twice_in_one_process_with_other_limits(tmp_path):
     """A second run may raise the memory cap above the first one's; with cgroup v1 the order of
     the two memory writes matters (the kernel refuses one above the other), and sandboxes of
     the two runs must not share a cgroup."""
-    from autograder.sandbox import Limits, sandbox_problem
+    from autograder.isolation.sandbox import Limits, sandbox_problem
 
     if sandbox_problem():
         pytest.skip(f"needs bubblewrap: {sandbox_problem()}")

@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autograder.course import COURSE, source_notebook
-from autograder.grade import grade, read_grades
-from autograder.isolation import BUBBLEWRAP, UID, Isolation, uid_problem
-from autograder.late import LatePolicy
-from autograder.merge import merge
-from autograder.release import release
-from autograder.sandbox import Limits, sandbox_problem
-from autograder.submissions import collect
+from autograder.authoring.course import COURSE, source_notebook
+from autograder.authoring.release import release
+from autograder.intake.late import LatePolicy
+from autograder.intake.submissions import collect
+from autograder.isolation.kinds import BUBBLEWRAP, UID, Isolation, uid_problem
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade, read_grades
+from autograder.scoring.merge import merge
 
 A = "01_language_models"
 FULL = 18.0
@@ -498,7 +498,7 @@ def test_exports_that_hold_nobody_or_are_broken(tmp_path, course):
 
 
 def test_shell_lines_are_skipped_with_a_note():
-    from autograder.runner import skip_shell
+    from autograder.isolation.runner import skip_shell
 
     code = "x = 1\n!pip install foo\n  %pip install bar\ny = x != 2"
     assert skip_shell(code) == ("x = 1\nprint('(grading: skipped !pip install foo)')\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers import docker_capabilities
 
-from autograder.course import COURSE, source_notebook
+from autograder.authoring.course import COURSE, source_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 A = "01_language_models"
@@ -97,7 +97,7 @@ def test_the_hostile_suite_holds_under_the_uid_fallback():
 def gradescope(tmp_path_factory, private_course):
     """A Gradescope image, built by the bundle's own setup.sh into a folder laid out like
     /autograder (the local CPU wheel of torch instead of the download)."""
-    from autograder.gradescope import bundle
+    from autograder.scoring.gradescope import bundle
 
     root = Path(tempfile.mkdtemp(prefix="gradescope-"))  # like /autograder: others may enter
     root.chmod(0o755)
@@ -133,7 +133,7 @@ def run_autograder(root: Path, files: dict[str, bytes]) -> dict:
 
 
 def test_gradescope_bundle_end_to_end_with_dockers_capabilities(gradescope, tmp_path):
-    from autograder.release import release
+    from autograder.authoring.release import release
 
     solution = run_autograder(gradescope, {"hw.ipynb": source_notebook(A).read_bytes()})
     assert solution["score"] == 18, solution["output"]

@@ -4,8 +4,8 @@ import types
 
 import pytest
 
-from autograder.remote import ProtocolError, Session, StudentObject
-from autograder.runner import REQUESTS, Runner
+from autograder.isolation.remote import ProtocolError, Session, StudentObject
+from autograder.isolation.runner import REQUESTS, Runner
 
 
 class Channel:

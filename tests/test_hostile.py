@@ -22,11 +22,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from autograder.course import COURSE, source_notebook
-from autograder.grade import grade
-from autograder.isolation import choose
-from autograder.late import LatePolicy
-from autograder.sandbox import Limits, sandbox_problem
+from autograder.authoring.course import COURSE, source_notebook
+from autograder.intake.late import LatePolicy
+from autograder.isolation.kinds import choose
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade
 
 A = "01_language_models"
 FULL = 18.0
@@ -480,9 +480,9 @@ def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
 def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
     """Hosts that do not let the grader create cgroups (laptops, some containers) fall back to
     rlimits: the allocation fails inside the student's cell and grading goes on."""
-    from autograder.execute import grade_steps
-    from autograder.normalize import plan, read_notebook
-    from autograder.sandbox import Sandbox, support_folder
+    from autograder.intake.normalize import plan, read_notebook
+    from autograder.isolation.sandbox import Sandbox, support_folder
+    from autograder.scoring.execute import grade_steps
 
     master = read_notebook(source_notebook(A, course))
     submitted = tmp_path / "hw.ipynb"

@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from autograder.course import assignments, source_notebook
-from autograder.grade import grade
-from autograder.normalize import Step, master_step, plan, read_notebook
-from autograder.sandbox import Limits, sandbox_problem
+from autograder.authoring.course import assignments, source_notebook
+from autograder.intake.normalize import Step, master_step, plan, read_notebook
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade
 
 LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
 needs_sandbox = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap: "

@@ -13,11 +13,11 @@ import pytest
 import tomllib
 from helpers import fresh_venv
 
-from autograder.course import COURSE, assignments, source_notebook
-from autograder.normalize import plan, read_notebook
-from autograder.publish import EditionLeak, edition_leaks, publish, trivial
-from autograder.release import ReleaseLeak, leaks, regions
-from autograder.runner import skip_shell
+from autograder.authoring.course import COURSE, assignments, source_notebook
+from autograder.authoring.publish import EditionLeak, edition_leaks, publish, trivial
+from autograder.authoring.release import ReleaseLeak, leaks, regions
+from autograder.intake.normalize import plan, read_notebook
+from autograder.isolation.runner import skip_shell
 from seqlab.course import ROOT, colab_header
 
 REPO, BRANCH = "https://github.com/acme/nlp-students", "fall26"

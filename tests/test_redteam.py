@@ -15,9 +15,9 @@ import sys
 import pytest
 from test_hostile import cell_of
 
-from autograder.course import source_notebook
-from autograder.grade import grade
-from autograder.sandbox import Limits, sandbox_problem
+from autograder.authoring.course import source_notebook
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")
 LIMITS = Limits(timeout_cell=30, timeout_notebook=200, memory_mb=2048, max_procs=64)

@@ -14,10 +14,10 @@ import time
 import pytest
 from grading_faults import job
 
-from autograder.course import source_notebook
-from autograder.grade import grade
-from autograder.sandbox import sandbox_problem
-from autograder.workers import Failure, run_jobs
+from autograder.authoring.course import source_notebook
+from autograder.isolation.sandbox import sandbox_problem
+from autograder.scoring.grade import grade
+from autograder.scoring.workers import Failure, run_jobs
 
 FAULTS = {"exit": "raised SystemExit: 3", "interrupt": "raised KeyboardInterrupt",
           "base": "raised Custom: not an Exception", "error": "raised ValueError: a grader bug",

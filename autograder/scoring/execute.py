@@ -16,11 +16,11 @@ import io
 import re
 import time
 
-from .normalize import Step
-from .release import has_visible_code, hidden_lines
-from .remote import TEST_MODULE, ProtocolError, SandboxGone, Session
+from ..authoring.release import has_visible_code, hidden_lines
+from ..intake.normalize import Step
+from ..isolation.remote import TEST_MODULE, ProtocolError, SandboxGone, Session
+from ..isolation.runner import seed_all
 from .results import Result, Status, TestResult, test_result
-from .runner import seed_all
 
 MAX_OUTPUT = 10_000
 
@@ -32,7 +32,7 @@ def _seed(seed: int) -> None:
     seed_all(seed)
 
 
-def _names(code: str) -> tuple[set[str], set[str]]:
+def free_and_bound_names(code: str) -> tuple[set[str], set[str]]:
     """(names a test reads that it does not bind, names it binds at top level)."""
     tree = ast.parse(code)
     loads, stores = set(), set()
@@ -69,7 +69,7 @@ def _raised_in(exc: BaseException, filename: str) -> bool:
     return tb is not None and tb.tb_frame.f_code.co_filename == filename
 
 
-def _name_hint(exc: NameError, filename: str) -> str:
+def name_hint(exc: NameError, filename: str) -> str:
     """What a student can do about a NameError in a test. A test reading a ``_``-prefixed name
     it does not define reads a helper of the grader's, which only an earlier test cell could
     have left behind: not the student's to fix, so say so instead of asking for that name."""
@@ -189,7 +189,7 @@ class Grading:
 
     def _test(self, session: Session, i: int, step: Step, seconds: float) -> None:
         session.begin_test_cell(seconds)
-        missing, binds = _names(step.source)
+        missing, binds = free_and_bound_names(step.source)
         scope = dict(self.trusted)
         for name in sorted(missing - set(scope) - set(dir(builtins))):
             try:
@@ -209,7 +209,7 @@ class Grading:
         except Exception as exc:
             message = _message(exc)
             if isinstance(exc, NameError):
-                message += _name_hint(exc, filename)
+                message += name_hint(exc, filename)
             in_hidden = _failed_in_hidden(exc, filename, hidden)
             if in_hidden:
                 before = ("the visible tests passed, a hidden check failed" if

@@ -13,8 +13,8 @@ from .course import COURSE, check_assignment, generate, source_notebook, working
 
 # Lenient on purpose: a misspelled "### BEGIN HIDEN TESTS" still marks a secret region, which
 # nbgrader would otherwise release as ordinary code.
-_BEGIN = re.compile(r"^#+\s*BEGIN\b", re.IGNORECASE)
-_END = re.compile(r"^#+\s*END\b", re.IGNORECASE)
+BEGIN = re.compile(r"^#+\s*BEGIN\b", re.IGNORECASE)
+END = re.compile(r"^#+\s*END\b", re.IGNORECASE)
 
 
 def hidden_lines(source: str) -> set[int]:
@@ -23,9 +23,9 @@ def hidden_lines(source: str) -> set[int]:
     inside, lines = False, set()
     for number, line in enumerate(source.splitlines(), 1):
         text = line.strip()
-        if _BEGIN.match(text):
+        if BEGIN.match(text):
             inside = "HID" in text.upper()
-        elif _END.match(text):
+        elif END.match(text):
             inside = False
         elif inside:
             lines.add(number)
@@ -51,9 +51,9 @@ def regions(source: nbformat.NotebookNode) -> tuple[set[str], set[str]]:
         inside = False
         for line in cell.source.splitlines():
             text = line.strip()
-            if _BEGIN.match(text):
+            if BEGIN.match(text):
                 inside = True
-            elif _END.match(text):
+            elif END.match(text):
                 inside = False
             elif text and not text.startswith("#"):
                 (secret if inside else public).add(text)
@@ -75,7 +75,7 @@ def leaks(source_path: Path, release_path: Path) -> list[str]:
     for cell in release.cells:
         for line in cell.source.splitlines():
             text = line.strip()
-            if text in secret or _BEGIN.match(text) or _END.match(text):
+            if text in secret or BEGIN.match(text) or END.match(text):
                 found.append(text)
     return found
 

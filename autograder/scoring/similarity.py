@@ -110,7 +110,7 @@ def answers(steps) -> dict[str, str]:
 def answers_of(master: dict, notebook: Path | None) -> dict[str, str]:
     """``answers`` of a submitted notebook file; {} when it is missing or unreadable (it is
     ungradable then, and has nothing to compare)."""
-    from .normalize import plan, read_notebook
+    from ..intake.normalize import plan, read_notebook
 
     if notebook is None:
         return {}

@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .isolation import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
+from .kinds import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
 
 NOBODY = 65534
 WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
@@ -41,8 +41,8 @@ CGROUP_PARENT = "seqlab-grader"
 SCRATCH_BYTES = 256 * 2**20
 PRELOADABLE = ("numpy", "torch", "matplotlib")
 RUNNER = Path(__file__).with_name("runner.py")
-CHECKS = Path(__file__).with_name("checks.py")
-GUARD = Path(__file__).with_name("guard.py")
+CHECKS = Path(__file__).parents[1] / "checks.py"
+GUARD = Path(__file__).parents[1] / "guard.py"
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ correct solution, and only the test cells that *exercise* that answer may lose p
 Which test cells exercise which answer is derived from the names, with ``ast``: an answer cell
 defines names at its top level (``def``, ``class``, assignments), and a test cell exercises it
 when the test reads one of those names without binding it itself (the names the grader fetches
-from the student's notebook, see ``execute._names``). A test that grades ``modified_precision``
-exercises that answer, not ``ngrams``, even if the student's ``modified_precision`` calls their
-``ngrams``: such a test must put a reference in its place (the ``parts=`` pattern of
-assignments 05-07), so a bug in ``ngrams`` costs only ``ngrams``' cells. A test cell that reads
+from the student's notebook, see ``execute.free_and_bound_names``). A test that grades
+``modified_precision`` exercises that answer, not ``ngrams``, even if the student's
+``modified_precision`` calls their ``ngrams``: such a test must put a reference in its place
+(the ``parts=`` pattern of assignments 05-07), so a bug in ``ngrams`` costs only ``ngrams``'
+cells. A test cell that reads
 a name another test cell left behind (an oracle, a helper) fails this check too, because the
 other cell stops before defining it once its own answer is stubbed.
 
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import nbformat
 
+from ..scoring.execute import free_and_bound_names
+from ..scoring.grade import grade
+from ..scoring.results import Status
 from .course import COURSE, assignments, source_notebook
-from .execute import _names
-from .grade import grade
 from .release import release
-from .results import Status
 
 
 def defined_names(source: str) -> set[str]:
@@ -55,8 +56,9 @@ def defined_names(source: str) -> set[str]:
 def answer_map(source: nbformat.NotebookNode) -> dict[str, dict]:
     """For each answer cell (by grade_id): the names it defines and the test cells (grade_ids)
     that exercise it, i.e. read one of those names."""
-    tests = {c.metadata["nbgrader"]["grade_id"]: _names(c.source)[0] for c in source.cells
-             if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+    tests = {c.metadata["nbgrader"]["grade_id"]: free_and_bound_names(c.source)[0]
+             for c in source.cells if c.cell_type == "code"
+             and c.metadata.get("nbgrader", {}).get("grade")
              and not c.metadata["nbgrader"].get("solution")}
     answers = {}
     for cell in source.cells:

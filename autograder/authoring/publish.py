@@ -39,10 +39,10 @@ from pathlib import Path
 import nbformat
 
 from .course import COURSE, assignments, source_notebook
-from .release import _BEGIN, _END, regions, release
+from .release import BEGIN, END, regions, release
 
-ROOT = Path(__file__).resolve().parents[1]
-CHECKS = tuple(Path(__file__).resolve().parent / name for name in ("checks.py", "guard.py"))
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = tuple(Path(__file__).resolve().parents[1] / name for name in ("checks.py", "guard.py"))
 _POINTER = re.compile(r"assignments/source/(\d\d_\w+)(?:/\1\.ipynb)?")
 # A region marker, misspelled or not, anywhere in the edition (the release check is stricter).
 _MARKER = re.compile(r"^#+\s*(BEGIN|END)\s+(SOL|HID)", re.IGNORECASE)
@@ -128,7 +128,7 @@ def edition_leaks(folder: Path, course: Path = COURSE, root: Path = ROOT
                 found.append((relative, text, "a line of the solutions or hidden tests of "
                               + ", ".join(secrets[text])))
             elif _MARKER.match(text) or (relative.startswith("assignments/") and
-                                         (_BEGIN.match(text) or _END.match(text))):
+                                         (BEGIN.match(text) or END.match(text))):
                 found.append((relative, text, "a solution or hidden-test region marker"))
     return found
 

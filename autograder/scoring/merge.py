@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from . import gradebook, similarity
-from .grade import _write_csv, read_grades
+from .grade import read_grades, write_grades
 
 
 def _manifest(folder: Path) -> dict:
@@ -88,7 +88,7 @@ def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
             if (owner[student] / "feedback" / student).exists():
                 shutil.copytree(owner[student] / "feedback" / student,
                                 staging / "feedback" / student)
-        _write_csv(staging / "grades.csv", ordered)
+        write_grades(staging / "grades.csv", ordered)
         rank = {s: i for i, s in enumerate(first["students"])}
         matches = sorted((m for folder in outputs for m in similarity.read_report(folder)),
                          key=lambda m: rank[m.student_id])  # stable: each shard's order kept

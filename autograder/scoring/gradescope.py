@@ -24,16 +24,23 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ..authoring.course import COURSE, check_assignment, source_notebook
+from ..authoring.release import has_visible_code, release
+from ..intake.normalize import (
+    given_imports,
+    master_step,
+    plan,
+    read_notebook,
+    refuses_attention,
+    withheld,
+)
+from ..intake.submissions import choose_notebook, student_files
+from ..isolation.kinds import UID, choose, refuse_if_exposed
+from ..isolation.sandbox import Limits, Sandbox, support_folder
 from . import similarity
-from .course import COURSE, check_assignment, source_notebook
-from .isolation import UID, choose, refuse_if_exposed
-from .normalize import given_imports, master_step, plan, read_notebook, refuses_attention, withheld
-from .release import has_visible_code, release
 from .results import gradescope_tests
-from .sandbox import Limits, Sandbox, support_folder
-from .submissions import choose_notebook, student_files
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "lib/seqlab", "autograder")
 
 SETUP = """#!/usr/bin/env bash

@@ -18,16 +18,15 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from . import gradebook, similarity
-from .course import COURSE, check_assignment, generate, source_notebook, working_course
-from .feedback import write_feedback
-from .isolation import UID, Isolation, choose, refuse_if_exposed
-from .late import LatePolicy, load_timestamps
-from .normalize import (
+from ..authoring.course import COURSE, check_assignment, generate, source_notebook, working_course
+from ..intake.late import LatePolicy, load_timestamps
+from ..intake.normalize import (
     Step,
     given_imports,
     master_step,
@@ -36,10 +35,13 @@ from .normalize import (
     refuses_attention,
     withheld,
 )
-from .remote import START_SECONDS
+from ..intake.submissions import collect
+from ..isolation.kinds import UID, Isolation, choose, refuse_if_exposed
+from ..isolation.remote import START_SECONDS
+from ..isolation.sandbox import Limits, Sandbox, support_folder
+from . import gradebook, similarity
+from .feedback import write_feedback
 from .results import Result, Status
-from .sandbox import Limits, Sandbox, support_folder
-from .submissions import collect
 from .workers import Failure, run_jobs
 
 COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message",
@@ -90,7 +92,7 @@ def _grade_one(steps: list[Step]) -> Result:
     return _Worker.grade(steps)
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
+def write_grades(path: Path, rows: list[dict]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".grades", suffix=".csv")
     with os.fdopen(fd, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="", extrasaction="ignore")
@@ -208,7 +210,7 @@ class _Run:
                     f"{str(err)[:200]}; please report)").strip())
         self.rows[student] = row
         write_feedback(self.out / "feedback" / student, row, tests)
-        _write_csv(self.out / "grades.csv", self.all_rows())
+        write_grades(self.out / "grades.csv", self.all_rows())
         self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
 
@@ -226,73 +228,96 @@ class _Run:
                          when, off, self.policy.due.get(self.assignment))
 
 
-def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE,
+@dataclass(frozen=True)
+class Settings:
+    """How one grading run grades; ``grade``'s keyword arguments, checked once."""
+
+    course: Path = COURSE
+    limits: Limits = field(default_factory=Limits)
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    isolation: Isolation | None = None  # the strongest available (``kinds.choose``) if None
+    unsafe: bool = False
+    policy: LatePolicy = field(default_factory=LatePolicy)
+    timestamps: Path | None = None
+    regrade: bool = False
+    only: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
+    log: Callable = print
+
+    def __post_init__(self):
+        workers = self.workers
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive int, got {workers!r}")
+        if not isinstance(self.limits, Limits):
+            raise TypeError(f"limits must be a Limits, got {type(self.limits).__name__}")
+
+
+def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, *,
           limits: Limits | None = None, workers: int | None = None, unsafe: bool = False,
-          isolation: Isolation | None = None,
-          policy: LatePolicy | None = None, timestamps: Path | None = None,
-          regrade: bool = False, only: list[str] | None = None,
+          isolation: Isolation | None = None, policy: LatePolicy | None = None,
+          timestamps: Path | None = None, regrade: bool = False, only: list[str] | None = None,
           shard: tuple[int, int] | None = None, log=print) -> list[dict]:
     """Grade the submissions of ``assignment``; write ``out/grades.csv`` and ``out/feedback/``.
 
     Grades already in ``out`` are kept: students graded there before are skipped (resume)
     unless ``regrade``; ``only`` regrades the named students and nobody else; either way every
-    other row stays as it was, byte for byte, and the gradebook changes only for those graded.
-    ``shard`` (I, N) grades a fixed 1/N of the students (see ``merge``). ``isolation`` is the
-    strongest available unless given (``isolation.choose``). Returns all rows.
+    other row keeps its score, status and message, and the gradebook changes only for those
+    graded. ``shard`` (I, N) grades a fixed 1/N of the students (see ``merge``). ``isolation``
+    is the strongest available unless given. Returns all rows.
     """
-    check_assignment(assignment, course)
-    limits = limits or Limits()
-    workers = (os.cpu_count() or 1) if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    settings = Settings(course=Path(course), limits=limits or Limits(),
+                        workers=(os.cpu_count() or 1) if workers is None else workers,
+                        isolation=isolation, unsafe=unsafe, policy=policy or LatePolicy(),
+                        timestamps=timestamps, regrade=regrade, only=tuple(only or ()),
+                        shard=shard, log=log)
+    check_assignment(assignment, settings.course)
     # the strongest there is, unless one is given; RuntimeError saying what to do if none
-    isolation = isolation or choose(unsafe)
+    isolation = settings.isolation or choose(settings.unsafe)
     out = Path(out).resolve()
     unpacked = Path(tempfile.mkdtemp(prefix="autograder-unpacked-"))
     try:
         # read the whole export before writing anything: a bad export leaves no output behind
         subs = collect(Path(submissions), assignment, unpacked)
-        known = [s.student_id for s in subs]
-        unknown = sorted(set(only or ()) - set(known))
+        unknown = sorted(set(settings.only) - {s.student_id for s in subs})
         if unknown:
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
         if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
-            refuse_if_exposed([Path(course), out, Path(submissions)])
+            refuse_if_exposed([settings.course, out, Path(submissions)])
             out.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return _grade(assignment, subs, out, course, limits, workers, isolation, policy,
-                      timestamps, regrade, only, shard, log)
+        return _grade(assignment, subs, out, settings, isolation)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
 
 
-def _grade(assignment, subs, out, course, limits, workers, isolation, policy, timestamps,
-           regrade, only, shard, log) -> list[dict]:
+def _grade(assignment: str, subs, out: Path, settings: Settings,
+           isolation: Isolation) -> list[dict]:
+    log = settings.log
     out.mkdir(parents=True, exist_ok=True)
     previous = read_grades(out / "grades.csv")
-    work = working_course(assignment, out / "course", course)
+    work = working_course(assignment, out / "course", settings.course)
     generate(assignment, work)
-    master = read_notebook(source_notebook(assignment, course))
+    master = read_notebook(source_notebook(assignment, settings.course))
     release = read_notebook(work / "release" / assignment / f"{assignment}.ipynb")
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
-    run = _Run(assignment, out, work, max_score, release, policy or LatePolicy(),
-               load_timestamps(timestamps), log, previous)
+    run = _Run(assignment, out, work, max_score, release, settings.policy,
+               load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
-    mine = [s for s in subs if in_shard(s.student_id, shard)]
-    _write_manifest(out, assignment, subs, mine, shard)
-    if only:
-        todo = [s for s in mine if s.student_id in only]
+    mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
+    _write_manifest(out, assignment, subs, mine, settings.shard)
+    if settings.only:
+        todo = [s for s in mine if s.student_id in settings.only]
     else:
-        todo = [s for s in mine if regrade or s.student_id not in run.previous]
+        todo = [s for s in mine if settings.regrade or s.student_id not in run.previous]
         if len(todo) < len(mine):
             log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
                 "(--regrade grades them again, --only ID... regrades chosen students)")
-    sandbox = Sandbox(support_folder(out, isolation), limits, isolation,
+    sandbox = Sandbox(support_folder(out, isolation), settings.limits, isolation,
                       withhold=withheld(master), refuse_attention=refuses_attention(master),
                       preload=given_imports(master))
-    log(f"grading {assignment}: {len(todo)} submission(s), {workers} worker(s); "
+    log(f"grading {assignment}: {len(todo)} submission(s), {settings.workers} worker(s); "
         f"{sandbox.limits_in_force}")
     try:
-        _grade_all(run, master, todo, limits, sandbox, workers)
+        _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
     finally:
         if sandbox.support != out / "sandbox":
             shutil.rmtree(sandbox.support, ignore_errors=True)
@@ -301,7 +326,7 @@ def _grade(assignment, subs, out, course, limits, workers, isolation, policy, ti
         out=out, students=[s.student_id for s in mine], log=log)
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
-    _write_csv(out / "grades.csv", run.all_rows())
+    write_grades(out / "grades.csv", run.all_rows())
     return run.all_rows()
 
 
