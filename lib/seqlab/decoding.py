@@ -223,12 +223,11 @@ def typical_filter(log_probs: torch.Tensor, mass: float, min_tokens_to_keep: int
     sorted_distance, order = distance.sort(dim=-1)
     mass_so_far = log_probs.gather(-1, order).softmax(-1).cumsum(-1)
     last = (mass_so_far < mass).sum(-1, keepdim=True).clamp(max=log_probs.shape[-1] - 1)
-    keep = distance <= sorted_distance.gather(-1, last)  # ties with the crossing token kept
-    if min_tokens_to_keep > 1:  # the closest tokens, however improbable
-        _check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
-        m = min(min_tokens_to_keep, log_probs.shape[-1])
-        keep |= distance <= sorted_distance[..., m - 1 : m]
-    return _keep_at_least(log_probs, keep, 1)
+    _check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    m = min(min_tokens_to_keep, log_probs.shape[-1])
+    # ties with the crossing token kept; at least the m closest tokens, however improbable
+    keep = distance <= sorted_distance.gather(-1, last).maximum(sorted_distance[..., m - 1 : m])
+    return log_probs.masked_fill(~keep, float("-inf")).log_softmax(-1)
 
 
 def sampling_distribution(log_probs: torch.Tensor, temperature: float = 1.0,
