@@ -462,3 +462,48 @@ def test_contrastive_decoding_stops_at_max_len_and_eos():
                                                            amateur.dist(r, prefix)[None])[0, w])
                 prefix.append(w)
             assert h.logprob == pytest.approx(total, abs=1e-5)
+
+
+class Finite(PrefixLM):
+    """A PrefixLM that must end after 3 words: its outputs can all be listed, and sum to 1."""
+
+    def dist(self, row, prefix):
+        if len(prefix) < 3:
+            return super().dist(row, prefix)
+        return torch.tensor([-math.inf, 0.0] + [-math.inf] * (self.vocab - 2), dtype=torch.float64)
+
+
+def f1(h, y):
+    """A utility that rewards shared words and word pairs (pairs with the ends marked, so the
+    order of words matters): the mean of the unigram and bigram F1."""
+    def score(a, b):
+        common = sum(min(a.count(g), b.count(g)) for g in set(a))
+        return 2 * common / (len(a) + len(b)) if a or b else 1.0
+
+    h2, y2 = [0, *h, 1], [0, *y, 1]
+    return (score(list(h), list(y)) + score(list(zip(h2, h2[1:])), list(zip(y2, y2[1:])))) / 2
+
+
+def test_mbr_against_brute_force_where_expected_utility_is_exact():
+    """With every output and its probability as evidence, mbr's expectation is exact: equal to
+    the sum by hand. Sampled MBR picks the same output once the samples are many."""
+    agreed = 0
+    for seed in range(6):
+        model = Finite(5, seed)
+        outputs = brute_force_prefix(model, 0, 4)
+        probs = [math.exp(lp) for _, lp in outputs]
+        assert sum(probs) == pytest.approx(1.0)
+        seqs = [s for s, _ in outputs]
+        best, expected = decoding.mbr(seqs, seqs, f1, weights=probs)
+        by_hand = [sum(p * f1(h, y) for y, p in zip(seqs, probs)) for h in seqs]
+        assert expected == pytest.approx(by_hand)
+        assert best == max(range(len(seqs)), key=by_hand.__getitem__)
+        ranked = sorted(by_hand, reverse=True)
+        if ranked[0] - ranked[1] > 0.01:  # a clear winner: 3,000 samples find it
+            chosen = decoding.mbr_decode(model, torch.tensor([0]), num_samples=3000, utility=f1,
+                                         max_len=4, generator=torch.Generator().manual_seed(seed))
+            assert chosen == [seqs[best]]
+            agreed += 1
+    assert agreed >= 3
+    with pytest.raises(ValueError, match="weights"):
+        decoding.mbr([[1]], [[1], [2]], f1, weights=[1.0])
