@@ -36,6 +36,7 @@ CHECKS = (
     ("undertrained: greedy - exact BLEU (sum)", ">", 5),
     ("undertrained: exact - greedy BLEU (worst)", "<=", 1),
     ("trained: beam 5 finds the mode", ">", 0.9),
+    ("k=5 stops on the step of its last <eos>: steps - longest - 1", "<=", 0),
     ("early: length k=1 - k=10, raw", ">", 0.05),
     ("early: length at k=10, normalised - raw", ">", 0.05),
     ("greedy or beam 5 rep-2 / sampling rep-2 (lower)", ">", 2),
@@ -66,6 +67,10 @@ def margins(run: dict) -> dict[str, float]:
         out["undertrained: greedy - exact BLEU (sum)"] = sum(gaps)
         out["undertrained: exact - greedy BLEU (worst)"] = -min(gaps)
         out["trained: beam 5 finds the mode"] = table[steps[-1]]["mode found: beam 5"]
+    stop = rec.get("stopping")
+    if stop:
+        out["k=5 stops on the step of its last <eos>: steps - longest - 1"] = (
+            stop["steps"] - stop["longest"] - 1)
     ratio = rec.get("length_ratio", {})
     raw = next((v for k, v in ratio.items() if k.startswith("early") and k.endswith("0.0")), None)
     norm = next((v for k, v in ratio.items() if k.startswith("early") and k.endswith("1.0")), None)

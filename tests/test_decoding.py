@@ -223,3 +223,30 @@ def test_scheduled_sampling_mixes_gold_and_predicted_tokens_within_a_step(monkey
         model(src, torch.full((200,), 5), tgt_in, teacher_forcing=0.5)
     gold = (read[1] == tgt_in[:, 1]).float().mean().item()
     assert 0.35 < gold < 0.8  # about half the rows read the gold word at the same step
+
+
+def test_a_float64_transformer_decodes_in_float64():
+    """Cached steps equal the full forward pass to 1e-12: the step keeps the model's dtype."""
+    from seqlab.transformer import TransformerLM, TransformerSeq2Seq
+
+    seed_everything(0)
+    lm = TransformerLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16).double().eval()
+    ids = torch.tensor([[2, 5, 6, 7, 8, 4], [2, 9, 4, 5, 6, 7]])
+    with torch.no_grad():
+        full = lm(ids)
+        full = (full[0] if isinstance(full, tuple) else full).log_softmax(-1)
+        state = lm.start(ids[:, :1])
+        for t in range(ids.shape[1]):
+            lp, state = lm.step(state, ids[:, t])
+            assert lp.dtype == torch.float64
+            torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=0)
+    s2s = TransformerSeq2Seq(9, 8, d_model=8, n_heads=2, n_layers=1, max_len=12).double().eval()
+    src, lengths = torch.tensor([[5, 6, 7], [8, 5, 0]]), torch.tensor([3, 2])
+    tgt_in = torch.tensor([[2, 4, 5, 6], [2, 7, 4, 4]])
+    with torch.no_grad():
+        full = s2s(src, lengths, tgt_in).log_softmax(-1)
+        state = s2s.start(src, lengths)
+        for t in range(tgt_in.shape[1]):
+            lp, state = s2s.step(state, tgt_in[:, t])
+            assert lp.dtype == torch.float64
+            torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=0)

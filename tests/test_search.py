@@ -34,15 +34,16 @@ class TableLM:
     select = staticmethod(decoding.select_state)
 
 
-def brute_force(model, row, max_len):
-    """Every output of at most max_len steps (<eos> included), with its log-probability."""
+def brute_force(model, row, max_len, unfinished=False):
+    """Every output of at most max_len steps (<eos> included), with its log-probability; with
+    ``unfinished``, also every output of max_len tokens cut off without <eos>."""
     vocab = model.table.shape[-1]
     words = [w for w in range(vocab) if w not in (model.bos_id, model.eos_id)]
     out = []
-    for n in range(max_len):
+    for n in range(max_len + unfinished):
         for seq in itertools.product(words, repeat=n):
             lp, last = 0.0, model.bos_id
-            for w in (*seq, model.eos_id):
+            for w in (*seq, model.eos_id) if n < max_len else seq:
                 lp += model.table[row, last, w].item()
                 last = w
             out.append((list(seq), lp))
@@ -59,12 +60,14 @@ def test_exact_search_finds_the_brute_force_mode():
         assert found[r].logprob == pytest.approx(best[1], abs=1e-9)
 
 
-def test_beam_covering_every_prefix_is_exact_and_beam_one_is_greedy():
-    model = TableLM(vocab=4, rows=3, seed=2)  # 2 words: at most 2**3 prefixes of length 3
+def test_beam_covering_every_candidate_is_exact_and_beam_one_is_greedy():
+    # 2 words: at most 2**3 prefixes of length 3, so at most 8 * 3 candidates per step
+    model = TableLM(vocab=4, rows=3, seed=2)
     rows = torch.arange(3)
-    beams = decoding.beam_search(model, rows, beam_size=8, max_len=4, n_best=3)
+    beams = decoding.beam_search(model, rows, beam_size=24, max_len=4, n_best=3,
+                                 early_stopping="never")
     for r in range(3):
-        ranked = sorted(brute_force(model, r, 4), key=lambda x: -x[1])
+        ranked = sorted(brute_force(model, r, 4, unfinished=True), key=lambda x: -x[1])
         assert [h.tokens for h in beams[r]] == [seq for seq, _ in ranked[:3]]
         assert [h.logprob for h in beams[r]] == pytest.approx([lp for _, lp in ranked[:3]])
     one = decoding.beam_search(model, rows, beam_size=1, max_len=6)
@@ -168,7 +171,7 @@ def test_sampling_frequencies_follow_the_filtered_distribution():
 def test_contrastive_decoding_prefers_what_the_amateur_does_not_expect():
     expert, amateur = TableLM(vocab=6, rows=2, seed=6), TableLM(vocab=6, rows=2, seed=7)
     rows = torch.arange(2)
-    out = decoding.contrastive_decoding(expert, amateur, rows, alpha=0.1, max_len=4)
+    out = decoding.contrastive_decoding(expert, amateur, rows, plausibility=0.1, max_len=4)
     # greedy on the contrastive scores, by hand
     for r in range(2):
         last, tokens, total = 0, [], 0.0
@@ -182,7 +185,7 @@ def test_contrastive_decoding_prefers_what_the_amateur_does_not_expect():
             tokens.append(last)
         assert out[r][0].tokens == tokens and out[r][0].logprob == pytest.approx(total)
     lp_e = torch.tensor([[0.0, -1.0, -5.0]])
-    scores = decoding.contrastive_scores(lp_e, torch.zeros(1, 3), alpha=0.3)
+    scores = decoding.contrastive_scores(lp_e, torch.zeros(1, 3), plausibility=0.3)
     assert math.isinf(scores[0, 2]) and scores[0, 0] > scores[0, 1]  # outside the head: -inf
 
 
@@ -241,3 +244,266 @@ def test_when_endings_outnumber_free_slots_the_best_ones_finish():
     hyps = decoding.beam_search(Ends(), torch.arange(1), beam_size=2, max_len=4, n_best=2)[0]
     assert [h.tokens for h in hyps] == [[], [3]]
     assert hyps[1].logprob == pytest.approx(math.log(0.19 * 0.9))
+
+
+class PrefixLM:
+    """P(next | row, whole prefix): a fresh random distribution for every prefix, so a beam
+    continued from the wrong parent's state shows. ``ties`` rounds the logits to integers
+    (many equal candidates); ``eos_bias`` shifts <eos>. <bos> = 0 is never produced."""
+
+    def __init__(self, vocab, seed, ties=False, eos_bias=0.0):
+        self.vocab, self.seed, self.ties, self.eos_bias = vocab, seed, ties, eos_bias
+        self.bos_id, self.eos_id = 0, 1
+
+    def dist(self, row, prefix):
+        g = torch.Generator().manual_seed(hash((self.seed, row, tuple(prefix))) % 2**31)
+        logits = torch.randn(self.vocab, generator=g, dtype=torch.float64) * 2
+        logits = logits.round() if self.ties else logits
+        logits[1] += self.eos_bias
+        logits[0] = float("-inf")
+        return logits.log_softmax(-1)
+
+    def start(self, rows):
+        return {"row": rows, "prefix": torch.zeros(len(rows), 0, dtype=torch.long)}
+
+    def step(self, state, last):
+        prefix = torch.cat([state["prefix"], last[:, None]], dim=1)
+        out = torch.stack([self.dist(int(r), p[1:].tolist())
+                           for r, p in zip(state["row"], prefix)])
+        return out, {"row": state["row"], "prefix": prefix}
+
+    select = staticmethod(decoding.select_state)
+
+
+def oracle_beam(dist, k, max_len, length_penalty, rule):
+    """HF's beam search for one row, written with lists: [(tokens, logprob, score, ended)],
+    best first. Ties go to the earlier beam, then the smaller token, then the older result."""
+    live, final, open_ = [((), 0.0)], [], True
+    for t in range(1, max_len + 1):
+        cands = [(lp + s, prefix, w) for prefix, lp in live
+                 for w, s in enumerate(dist(prefix).tolist())]
+        ranked = sorted(cands, key=lambda c: -c[0])  # stable: beam order, then token
+        if open_:
+            for lp, prefix, w in ranked[:k]:
+                ends = w == 1
+                if lp > -math.inf and (ends or t == max_len):
+                    toks = list(prefix) + ([] if ends else [w])
+                    final.append((toks, lp, lp / t ** length_penalty, ends))
+            final = sorted(final, key=lambda h: -h[2])[:k]
+        live = [(prefix + (w,), lp) for lp, prefix, w in ranked if w != 1][:k]
+        live = [(p, lp) for p, lp in live if lp > -math.inf]
+        if open_:
+            if not live:
+                open_ = False
+            elif len(final) == k:
+                length = max_len if rule == "never" and length_penalty > 0 else t
+                open_ = rule is not True and live[0][1] / length ** length_penalty > final[-1][2]
+    return final
+
+
+@pytest.mark.parametrize("rule", decoding.STOPPING_RULES)
+@pytest.mark.parametrize("ties", [False, True])
+def test_beam_search_follows_the_rules_in_every_corner(rule, ties):
+    """Against a one-row-at-a-time oracle: budgets that cut outputs off (max_len 1-5), <eos>
+    first or never, tied candidates, beams wider than the vocabulary, and batches whose rows
+    finish at different steps; every n-best list, scores included."""
+    cases = 0
+    for seed in range(24):
+        rng = torch.Generator().manual_seed(seed)
+        vocab = int(torch.randint(3, 6, (1,), generator=rng))
+        k = [1, 2, 3, 8][seed % 4]  # 8 > vocab: more beams than tokens
+        max_len = 1 + seed % 5
+        penalty = [0.0, 1.0, 2.0][seed % 3]
+        model = PrefixLM(vocab, seed, ties, eos_bias=[-3.0, 0.0, 4.0][(seed // 3) % 3])
+        rows = torch.arange(1 + seed % 3)
+        got = decoding.beam_search(model, rows, beam_size=k, max_len=max_len, n_best=k,
+                                   length_penalty=penalty, early_stopping=rule)
+        for r in rows.tolist():
+            want = oracle_beam(lambda p, m=model, r=r: m.dist(r, list(p)), k, max_len, penalty,
+                               rule)
+            assert [(h.tokens, h.finished) for h in got[r]] == [(w[0], w[3]) for w in want], (
+                seed, r)
+            assert [h.logprob for h in got[r]] == pytest.approx([w[1] for w in want], abs=1e-12)
+            assert [h.score for h in got[r]] == pytest.approx([w[2] for w in want], abs=1e-12)
+            cases += 1
+    assert cases > 40
+
+
+def test_live_beams_join_at_max_len_and_the_best_endings_are_kept():
+    """The two cases of the bug reports, by hand. Tokens <bos> 0, <eos> 1, a 2, b 3."""
+    tables = {
+        # step 1: a .5, <eos> .3, b .2; after a: a .7, <eos> .3; after b: a .5, b .5
+        "max_len": {(): [0, .3, .5, .2], (2,): [0, .3, .7, 0], (3,): [0, 0, .5, .5]},
+        # step 1 as above; afterwards <eos> .9 (a .05, b .05)
+        "n_best": {(): [0, .3, .5, .2], (2,): [0, .9, .05, .05], (3,): [0, .9, .05, .05]},
+    }
+
+    class Table:
+        bos_id, eos_id = 0, 1
+
+        def __init__(self, table):
+            self.table = table
+
+        def start(self, rows):
+            return {"prefix": torch.zeros(len(rows), 0, dtype=torch.long)}
+
+        def step(self, state, last):
+            prefix = torch.cat([state["prefix"], last[:, None]], dim=1)
+            probs = [self.table.get(tuple(p[1:].tolist()), [0, 1, 0, 0]) for p in prefix]
+            return torch.tensor(probs, dtype=torch.float64).log(), {"prefix": prefix}
+
+        select = staticmethod(decoding.select_state)
+
+    model = Table(tables["max_len"])
+    for penalty, score in [(0.0, math.log(0.35)), (1.0, math.log(0.35) / 2)]:
+        best = decoding.beam_search(model, torch.arange(1), beam_size=2, max_len=2,
+                                    length_penalty=penalty)[0][0]
+        assert (best.tokens, best.finished) == ([2, 2], False)
+        assert best.score == pytest.approx(score)
+    hyps = decoding.beam_search(Table(tables["n_best"]), torch.arange(1), beam_size=2,
+                                max_len=5, length_penalty=1.0, n_best=2)[0]
+    assert [h.tokens for h in hyps] == [[2], [3]]
+    assert [h.score for h in hyps] == pytest.approx([math.log(.45) / 2, math.log(.18) / 2])
+
+
+def test_the_three_stopping_rules_can_return_three_outputs():
+    """With length_penalty 1: True stops at the first K finished; False at the heuristic;
+    "never" waits for a long output whose mean log-probability is better."""
+    found = {}
+    for seed in range(200):
+        model = PrefixLM(5, seed, eos_bias=1.0)
+        out = {rule: decoding.beam_search(model, torch.arange(1), beam_size=2, max_len=6,
+                                          length_penalty=1.0, early_stopping=rule)[0][0]
+               for rule in decoding.STOPPING_RULES}
+        key = tuple(tuple(h.tokens) for h in out.values())
+        if len(set(key)) > 1:
+            found[seed] = out
+            # the later the rule stops, the better (or equal) the score it returns
+            assert out[True].score <= out[False].score + 1e-12
+            assert out[False].score <= out["never"].score + 1e-12
+    assert len(found) >= 3
+
+
+def test_greedy_and_sampling_at_the_edges():
+    """Greedy equals beam 1 (True) with <eos> first, at max_len and on ties; sampling at
+    tau -> 0 is greedy; rows of a batch finish at different steps and stay finished."""
+    for seed, ties, bias in [(0, False, 4.0), (1, True, 0.0), (2, False, -4.0), (3, True, 1.0)]:
+        model = PrefixLM(6, seed, ties, bias)
+        rows = torch.arange(6)
+        greedy = decoding.greedy(model, rows, max_len=4)
+        beam = decoding.beam_search(model, rows, beam_size=1, max_len=4)
+        assert [h[0].tokens for h in beam] == greedy
+        for r, out in enumerate(greedy):  # argmax with ties to the smaller id, by hand
+            prefix = []
+            for _ in range(4):
+                w = int(model.dist(r, prefix).argmax())
+                if w == 1:
+                    break
+                prefix.append(w)
+            assert out == prefix
+        cold = decoding.sample(model, rows, max_len=4, temperature=1e-4,
+                               generator=torch.Generator().manual_seed(seed))
+        if not ties:
+            assert cold == greedy
+    lengths = {len(o) for o in decoding.greedy(PrefixLM(6, 5), torch.arange(8), max_len=6)}
+    assert len(lengths) > 1
+
+
+def test_beam_wider_than_the_vocabulary_keeps_no_impossible_hypothesis():
+    model = PrefixLM(3, 0)  # one word: a, <eos> (and <bos>, never produced)
+    hyps = decoding.beam_search(model, torch.arange(2), beam_size=5, max_len=3, n_best=5,
+                                early_stopping="never")
+    for row in hyps:
+        assert all(math.isfinite(h.logprob) for h in row)
+        assert sorted(tuple(h.tokens) for h in row) == [(), (2,), (2, 2), (2, 2, 2)]
+    exact = decoding.exact_search(model, torch.arange(2), max_len=3, beam_size=5)
+    for r, e in enumerate(exact):
+        best = max(brute_force_prefix(model, r, 3), key=lambda x: x[1])
+        assert e.tokens == best[0]
+
+
+def brute_force_prefix(model, row, max_len):
+    """brute_force for a PrefixLM: every finished output of at most max_len steps."""
+    words = [w for w in range(model.vocab) if w not in (0, 1)]
+    out = []
+    for n in range(max_len):
+        for seq in itertools.product(words, repeat=n):
+            lp = sum(model.dist(row, list(seq[:i]))[w].item()
+                     for i, w in enumerate((*seq, 1)))
+            out.append((list(seq), lp))
+    return out
+
+
+@pytest.mark.parametrize("eos_bias", [-3.0, 0.0, 5.0])
+def test_exact_search_at_the_edges(eos_bias):
+    """<eos> first (bias 5), rarely (bias -3), ties; max_len 1 leaves only the empty output."""
+    for ties in (False, True):
+        model = PrefixLM(5, 7, ties, eos_bias)
+        found = decoding.exact_search(model, torch.arange(3), max_len=4)
+        for r in range(3):
+            best = max(brute_force_prefix(model, r, 4), key=lambda x: x[1])
+            assert found[r].logprob == pytest.approx(best[1], abs=1e-9)
+        assert [h.tokens for h in decoding.exact_search(model, torch.arange(3), max_len=1)] \
+            == [[]] * 3
+
+
+def test_contrastive_decoding_stops_at_max_len_and_eos():
+    expert, amateur = PrefixLM(6, 1, eos_bias=1.0), PrefixLM(6, 2)
+    rows = torch.arange(4)
+    for max_len in (1, 3):
+        out = decoding.contrastive_decoding(expert, amateur, rows, max_len=max_len)
+        for r, hyps in enumerate(out):
+            h = hyps[0]
+            assert len(h.tokens) <= max_len and (h.finished or len(h.tokens) == max_len)
+            # its score is the summed contrastive score of its steps, by hand
+            total, prefix = 0.0, []
+            for w in h.tokens + ([1] if h.finished else []):
+                total += float(decoding.contrastive_scores(expert.dist(r, prefix)[None],
+                                                           amateur.dist(r, prefix)[None])[0, w])
+                prefix.append(w)
+            assert h.logprob == pytest.approx(total, abs=1e-5)
+
+
+class Finite(PrefixLM):
+    """A PrefixLM that must end after 3 words: its outputs can all be listed, and sum to 1."""
+
+    def dist(self, row, prefix):
+        if len(prefix) < 3:
+            return super().dist(row, prefix)
+        return torch.tensor([-math.inf, 0.0] + [-math.inf] * (self.vocab - 2), dtype=torch.float64)
+
+
+def f1(h, y):
+    """A utility that rewards shared words and word pairs (pairs with the ends marked, so the
+    order of words matters): the mean of the unigram and bigram F1."""
+    def score(a, b):
+        common = sum(min(a.count(g), b.count(g)) for g in set(a))
+        return 2 * common / (len(a) + len(b)) if a or b else 1.0
+
+    h2, y2 = [0, *h, 1], [0, *y, 1]
+    return (score(list(h), list(y)) + score(list(zip(h2, h2[1:])), list(zip(y2, y2[1:])))) / 2
+
+
+def test_mbr_against_brute_force_where_expected_utility_is_exact():
+    """With every output and its probability as evidence, mbr's expectation is exact: equal to
+    the sum by hand. Sampled MBR picks the same output once the samples are many."""
+    agreed = 0
+    for seed in range(6):
+        model = Finite(5, seed)
+        outputs = brute_force_prefix(model, 0, 4)
+        probs = [math.exp(lp) for _, lp in outputs]
+        assert sum(probs) == pytest.approx(1.0)
+        seqs = [s for s, _ in outputs]
+        best, expected = decoding.mbr(seqs, seqs, f1, weights=probs)
+        by_hand = [sum(p * f1(h, y) for y, p in zip(seqs, probs)) for h in seqs]
+        assert expected == pytest.approx(by_hand)
+        assert best == max(range(len(seqs)), key=by_hand.__getitem__)
+        ranked = sorted(by_hand, reverse=True)
+        if ranked[0] - ranked[1] > 0.01:  # a clear winner: 3,000 samples find it
+            chosen = decoding.mbr_decode(model, torch.tensor([0]), num_samples=3000, utility=f1,
+                                         max_len=4, generator=torch.Generator().manual_seed(seed))
+            assert chosen == [seqs[best]]
+            agreed += 1
+    assert agreed >= 3
+    with pytest.raises(ValueError, match="weights"):
+        decoding.mbr([[1]], [[1], [2]], f1, weights=[1.0])

@@ -57,9 +57,12 @@ def mask_tokens(ids: torch.Tensor, vocab: Vocab, *, p: float = 0.15, mask_rate: 
     fewer. Of the chosen, ``mask_rate`` become <mask>, ``random_rate`` a random token, the rest
     stay. ``labels`` hold the original id at chosen positions and -100 elsewhere.
 
-    Random replacements are drawn from the ordinary tokens only; the reference implementations
-    draw from the whole vocabulary, specials included, which can put a <sep> or <pad> in the
-    middle of a sentence: a corruption no input ever shows again.
+    Random replacements are drawn from the ordinary tokens only, a choice of the course: the
+    reference implementations (BERT's script, HF's ``DataCollatorForLanguageModeling``, which
+    draws from ``len(tokenizer)``) draw from the whole vocabulary, specials included, which can
+    put a <sep> or <pad> in the middle of a sentence: a corruption no input ever shows again.
+    With few ordinary tokens the difference is large (7 specials in a vocabulary of 20: over a
+    third of HF's random replacements are specials; ``tests/test_hf_mlm.py`` measures it).
     """
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
         raise ValueError(f"ids must be a LongTensor [batch, length], got "

@@ -367,7 +367,9 @@ class TransformerLM(nn.Module):
     def step(self, state: dict, last_tokens: torch.Tensor):
         position = state["cache"][0][0].shape[2]
         logits, _, caches = self._run(last_tokens[:, None], position, state["cache"], False)
-        return logits[:, 0].float().log_softmax(-1), {"cache": caches}
+        logits = logits[:, 0]  # half precision is read in float32; float64 stays float64
+        return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1), \
+            {"cache": caches}
 
     select = staticmethod(decoding.select_state)
 
@@ -447,7 +449,8 @@ class TransformerSeq2Seq(nn.Module):
                                                state["src_mask"], position, state["cache"],
                                                True)
         new = {**state, "cache": caches, "attention": weights[-1][:, 0]}
-        return logits[:, 0].float().log_softmax(-1), new
+        logits = logits[:, 0]  # half precision is read in float32; float64 stays float64
+        return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1), new
 
     select = staticmethod(decoding.select_state)
 
