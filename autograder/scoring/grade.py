@@ -11,6 +11,7 @@ At the end it writes the similarity report (similarity.py) and the ``flags`` col
 from __future__ import annotations
 
 import atexit
+import contextlib
 import csv
 import hashlib
 import json
@@ -19,6 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,17 +168,28 @@ def _lost(tests: list[dict]) -> str:
 
 
 class _Run:
-    """Bookkeeping for one grading run: rows in submission order, written after each result."""
+    """Bookkeeping for one grading run: rows in submission order, written after each result.
 
-    def __init__(self, assignment, out, work, max_score, release, policy, timestamps, log,
+    nbgrader's ``generate_assignment`` (the release the graded notebooks quote, the gradebook's
+    assignment) runs while the first submissions are graded (``generated``, a future): each
+    graded student's row and feedback are written at once, and their copy in the nbgrader
+    course (submitted and autograded notebooks, gradebook) as soon as it exists."""
+
+    def __init__(self, assignment, out, work, max_score, generated, policy, timestamps, log,
                  previous: list[dict]):
         self.assignment, self.out, self.work = assignment, out, work
-        self.max_score, self.release, self.policy = max_score, release, policy
+        self.max_score, self.generated, self.policy = max_score, generated, policy
         self.timestamps, self.log = timestamps, log
         self.previous = {r["student_id"]: r for r in previous}  # kept byte for byte
         self.order = [r["student_id"] for r in previous]
         self.export_order: list[str] = []
         self.rows: dict[str, dict] = {}
+        self.pending: list[tuple] = []  # graded, not yet in the nbgrader course
+
+    @property
+    def release(self) -> dict:
+        """The release notebook, once generated (raises if generating failed)."""
+        return self.generated.result()
 
     def row(self, sub, student: str, **fields) -> dict:
         return {"student_id": student, "name": sub.name, "assignment": self.assignment,
@@ -202,17 +215,34 @@ class _Run:
                                             _lost(tests)) if m)
             row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
                        message=message)
-            try:
-                self._record(sub, student, steps, result, when, off)
-            except Exception as err:  # keep the row; say the gradebook copy is missing
-                row.update(status=Status.ERROR, message=(
-                    f"{message} (not recorded in the gradebook: {type(err).__name__}: "
-                    f"{str(err)[:200]}; please report)").strip())
+            self.pending.append((sub, student, steps, result, when, off))
         self.rows[student] = row
         write_feedback(self.out / "feedback" / student, row, tests)
         write_grades(self.out / "grades.csv", self.all_rows())
         self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
+        self.record(wait=False)
+
+    def record(self, wait: bool) -> None:
+        """Put the graded students into the nbgrader course, once it is generated (now if
+        ``wait``). A student whose copy fails keeps the row, which then says so."""
+        if not self.pending or not (wait or self.generated.done()):
+            return
+        self.generated.result()  # a failed generate_assignment stops the run here
+        changed = False
+        for sub, student, steps, result, when, off in self.pending:
+            try:
+                self._record(sub, student, steps, result, when, off)
+            except Exception as err:  # keep the row; say the gradebook copy is missing
+                row = self.rows[student]
+                row.update(status=Status.ERROR, message=(
+                    f"{row['message']} (not recorded in the gradebook: {type(err).__name__}: "
+                    f"{str(err)[:200]}; please report)").strip())
+                write_feedback(self.out / "feedback" / student, row, result["tests"])
+                changed = True
+        self.pending.clear()
+        if changed:
+            write_grades(self.out / "grades.csv", self.all_rows())
 
     def _record(self, sub, student, steps, result, when, off) -> None:
         name = f"{self.assignment}.ipynb"
@@ -295,11 +325,13 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     out.mkdir(parents=True, exist_ok=True)
     previous = read_grades(out / "grades.csv")
     work = working_course(assignment, out / "course", settings.course)
-    generate(assignment, work)
     master = read_notebook(source_notebook(assignment, settings.course))
-    release = read_notebook(work / "release" / assignment / f"{assignment}.ipynb")
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
-    run = _Run(assignment, out, work, max_score, release, settings.policy,
+    background = ThreadPoolExecutor(1)  # nbgrader's generate_assignment, beside the grading
+    generated = background.submit(lambda: read_notebook(
+        generate(assignment, work) / f"{assignment}.ipynb"))
+    background.shutdown(wait=False)
+    run = _Run(assignment, out, work, max_score, generated, settings.policy,
                load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
     mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
@@ -318,12 +350,17 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
         f"{sandbox.limits_in_force}")
     try:
         _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
+    except BaseException:  # interrupted: the rows written still get their gradebook copy
+        with contextlib.suppress(Exception):
+            run.record(wait=True)
+        raise
     finally:
         if sandbox.support != out / "sandbox":
             shutil.rmtree(sandbox.support, ignore_errors=True)
+    run.record(wait=True)
     flags = similarity.report_class(  # against the whole export, other shards' students too
-        master=master, notebooks={s.student_id: s.notebook for s in subs}, release=release,
-        out=out, students=[s.student_id for s in mine], log=log)
+        master=master, notebooks={s.student_id: s.notebook for s in subs},
+        release=run.release, out=out, students=[s.student_id for s in mine], log=log)
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
