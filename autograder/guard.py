@@ -12,19 +12,24 @@ What computes attention is recognised by what it is:
   qualified name and its argument names; its code is replaced by a refusal in place, so every
   reference to it (aliases, bound methods, wrappers) refuses, in every thread.
 
-``Sentinel`` does this in the grading sandbox, for good, before any student code runs, and for
-every torch module imported later (through an import hook of its own). An audit hook (PEP 578:
-no code can remove one) holds the only references to the refusing registrations and refuses
-what could undo them or go around them: walking the garbage collector's objects, ctypes,
-creating functions or code objects, starting other programs, and reading torch's own files
-outside torch's imports (so torch's attention source cannot be copied and run).
+``install_sentinel`` does this in the grading sandbox, for good, before any student code runs,
+and again for every torch module imported later (torch loads many lazily: printing a tensor,
+an optimizer's first step). An audit hook (PEP 578: no code can remove one) holds the only
+references to the refusing registrations and refuses what could undo them or go around them:
+walking the garbage collector's objects, ctypes, creating functions or code objects, starting
+other programs, and reading or running torch's own files anywhere but inside torch's own import
+of a torch module (so neither torch's attention source nor a fresh copy of one of its modules
+can be brought in). Where an import is under way is read from the interpreter's frames, never
+from state a notebook could reach.
 
 ``refusing(torch)`` applies the same refusals for the length of one call and undoes them:
 ``own_work`` in a student's own kernel uses it, so visible tests behave as graded ones.
 
 Limits, all deliberate and visible in a submission: native code the student brings (a compiled
-library written to disk and loaded), torch's attention source pasted as text into a cell (the
-similarity report is for pasted code), and code that forges torch's own import machinery.
+library written to disk and loaded as an extension module); torch's attention source pasted as
+text into a cell (the similarity report is for pasted code); and code that rewrites Python's
+import machinery (importlib's classes, fake torch modules in ``sys.modules``) to run inside one
+of torch's imports and copy torch's source from there, which is that same paste by other means.
 """
 
 from __future__ import annotations
@@ -236,90 +241,51 @@ def install_sentinel(torch) -> str:
 
 class _Sentinel:
     """The sandbox's refusals. After ``__init__`` returns, only the audit hook (and, through
-    it, nothing reachable from Python) holds the kernels' registrations."""
+    it, nothing reachable from Python) holds the kernels' registrations. Fetching a kernel by
+    dispatch key (``torch.library.get_kernel``) hands out the refusing one: every key that had
+    a kernel now has ours."""
 
     def __init__(self, torch):
         torch_dir = _package_dir(torch)
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "torch" and getattr(module, "__file__", None):
+                _sanitize(module, torch_dir)
         kernels = _Kernels(torch)
-        # torch hands out kernels by dispatch key; with it, a refused kernel could be fetched
-        fetch = torch._C._dispatch_get_computed_kernel_for_dispatch_key
-
-        def no_fetch(op, key):
-            if ATTENTION_NAME.search(str(op)) or str(op) in kernels.armed:
-                raise RuntimeError(REFUSAL.format(name=op))
-            return fetch(op, key)
-
-        torch._C._dispatch_get_computed_kernel_for_dispatch_key = no_fetch
-
-        def sanitize(module) -> None:
-            for f in attention_functions(module, torch_dir):
-                f.__code__ = _refusal(f)
-
-        done: set[int] = set()
-        ops_before: list[set[str]] = []  # the operators there were when an import began
-
-        def sanitize_loaded() -> None:
-            """Refuse the attention of every torch module loaded since, once it finished."""
-            for name, module in list(sys.modules.items()):
-                spec = getattr(module, "__spec__", None)
-                if id(module) not in done and name.split(".")[0] == "torch" and \
-                        getattr(module, "__file__", None) and \
-                        not getattr(spec, "_initializing", False):
-                    done.add(id(module))
-                    sanitize(module)
-
-        def import_ends() -> None:
-            """After an import of torch modules: their attention, and the attention operators
-            they registered (operators the notebook registered itself are its own code)."""
-            sanitize_loaded()
-            if ops_before:
-                new = set(torch._C._dispatch_get_all_op_names()) - ops_before.pop()
-                kernels.arm(attention_ops(torch, sorted(new)))
-
-        sanitize_loaded()
         kernels.arm(attention_ops(torch))
-        audit, ident = sys.audit, threading.get_ident
-        loading: dict[int, int] = {}  # thread -> depth of imports of torch modules under way
-        hook_code = _TorchImports.exec_module.__code__
-        set_up = [False]
         busy: set[int] = set()
+        ident = threading.get_ident
+        importing = _Loader.exec_module.__code__
 
-        def importing() -> bool:
-            """Whether this thread is inside an import of a torch module by our import hook
-            (torch's loader, and module code reading its own data files)."""
-            if not loading.get(ident()):
-                return False
-            frame = sys._getframe(2)
+        def inside_torch_import() -> bool:
+            """Whether torch's own import of a torch module (through ``_TorchImports``) is on
+            this thread's stack: the frames are the interpreter's, not a notebook's state."""
+            frame = sys._getframe(1)
             while frame is not None:
-                if frame.f_code is hook_code:
+                if frame.f_code is importing:
                     return True
                 frame = frame.f_back
             return False
 
+        keep = [kernels]  # referenced by the hook alone: the only way to the registrations
+
         def hook(event, args):
             me = ident()
-            if me in busy or not set_up[0]:
+            if me in busy:  # an event our own check raised (realpath, _getframe)
                 return
             busy.add(me)
             try:
-                if event == "seqlab.torch-import":  # from _TorchImports, around exec_module
-                    depth = loading.get(me, 0)
-                    if args[0]:
-                        if depth == 0 and not ops_before:
-                            ops_before.append(set(torch._C._dispatch_get_all_op_names()))
-                        loading[me] = depth + 1
-                    else:
-                        loading[me] = max(depth - 1, 0)
-                        if loading[me] == 0:
-                            import_ends()
+                if event == "seqlab.keep":  # registrations made for modules imported later
+                    keep.append(args[0])
                     return
                 reason = REFUSED_EVENTS.get(event) or (
                     "using ctypes" if event.startswith("ctypes.") else "")
-                if reason and loading.get(me):
-                    reason = ""  # torch's own imports may need them
                 if not reason and event == "open" and _torch_path(args[0], torch_dir) \
-                        and not importing():
+                        and not inside_torch_import():
                     reason = "reading torch's own files"
+                if not reason and event == "exec" and isinstance(args[0], types.CodeType) \
+                        and _torch_path(args[0].co_filename, torch_dir) \
+                        and not inside_torch_import():
+                    reason = "running torch's own code outside its imports"
                 if reason:
                     error = PermissionError if event == "open" else RuntimeError
                     raise error(f"{reason} is not possible while this assignment is graded "
@@ -328,16 +294,22 @@ class _Sentinel:
                 busy.discard(me)
 
         sys.addaudithook(hook)
-        sys.meta_path.insert(0, _TorchImports(audit))
-        set_up[0] = True
+        sys.meta_path.insert(0, _TorchImports(torch, torch_dir))
+
+
+def _sanitize(module, torch_dir: str) -> None:
+    """Replace the code of ``module``'s attention-like functions by refusals, in place."""
+    for f in attention_functions(module, torch_dir):
+        f.__code__ = _refusal(f)
 
 
 class _TorchImports:
-    """Imports of torch modules after set-up: torch's own loader runs, then the sentinel
-    sanitizes the new module (it learns of both through ``sys.audit``)."""
+    """Torch modules imported after set-up (torch loads many lazily: printing a tensor, an
+    optimizer's first step): torch's own loader runs them, then their attention is refused like
+    the rest, and the attention operators they registered get refusing kernels."""
 
-    def __init__(self, audit):
-        self.audit = audit
+    def __init__(self, torch, torch_dir: str):
+        self.torch, self.torch_dir = torch, torch_dir
 
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] != "torch":
@@ -349,13 +321,6 @@ class _TorchImports:
             spec.loader = _Loader(spec.loader, self)
         return spec
 
-    def exec_module(self, loader, module):
-        self.audit("seqlab.torch-import", True, None)
-        try:
-            loader.exec_module(module)
-        finally:
-            self.audit("seqlab.torch-import", False, module)
-
 
 class _Loader:
     def __init__(self, loader, imports: _TorchImports):
@@ -365,7 +330,15 @@ class _Loader:
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        self.imports.exec_module(self.loader, module)
+        torch = self.imports.torch
+        before = set(torch._C._dispatch_get_all_op_names())
+        self.loader.exec_module(module)
+        _sanitize(module, self.imports.torch_dir)
+        new = sorted(set(torch._C._dispatch_get_all_op_names()) - before)
+        kernels = _Kernels(torch)
+        kernels.arm(attention_ops(torch, new))
+        if kernels.armed:
+            sys.audit("seqlab.keep", kernels)  # kept alive by the hook alone
 
     def __getattr__(self, name):  # get_data, get_source, is_package, ... as torch's loader
         return getattr(self.loader, name)

@@ -124,6 +124,19 @@ CHEATS = {  # student -> (sdpa answer, what the failed tests' messages must say)
         "walking the garbage collector's objects is not possible"),
     "ctypes": (cheat("    import ctypes\n    ctypes.pythonapi.Py_IncRef\n    out = query\n"),
                "using ctypes is not possible"),
+    "fresh_module_copy": (cheat(
+        "    import importlib.util\n"
+        "    spec = importlib.util.spec_from_file_location(\n"
+        "        'copy', torch.nn.modules.activation.__file__)\n"
+        "    copy = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(copy)\n"
+        "    e = query.shape[-1]\n"
+        "    out = copy.MultiheadAttention(e, 1, batch_first=True)(query, key, value)[0]\n"),
+        "reading torch's own files is not possible"),
+    "fetched_kernel": (cheat(
+        "    kernel = torch.library.get_kernel('aten::scaled_dot_product_attention', 'CPU')\n"
+        "    out = kernel.call_boxed(torch._C._dispatch_keyset_full(), query, key, value)\n"),
+        "aten::scaled_dot_product_attention " + REFUSED),
 }
 
 
