@@ -225,26 +225,42 @@ class _Run:
 
     def record(self, wait: bool) -> None:
         """Put the graded students into the nbgrader course, once it is generated (now if
-        ``wait``). A student whose copy fails keeps the row, which then says so."""
+        ``wait``): their notebooks, then the gradebook in one session. A student whose copy
+        fails keeps the row, which then says so."""
         if not self.pending or not (wait or self.generated.done()):
             return
         self.generated.result()  # a failed generate_assignment stops the run here
-        changed = False
-        for sub, student, steps, result, when, off in self.pending:
+        pending, self.pending = self.pending, []
+        failed: dict[str, Exception] = {}
+        for sub, student, steps, result, when, _ in pending:
             try:
-                self._record(sub, student, steps, result, when, off)
-            except Exception as err:  # keep the row; say the gradebook copy is missing
-                row = self.rows[student]
-                row.update(status=Status.ERROR, message=(
-                    f"{row['message']} (not recorded in the gradebook: {type(err).__name__}: "
-                    f"{str(err)[:200]}; please report)").strip())
-                write_feedback(self.out / "feedback" / student, row, result["tests"])
-                changed = True
-        self.pending.clear()
-        if changed:
+                self._copy(sub, student, steps, result, when)
+            except Exception as err:
+                failed[student] = err
+        entries = [(student, result["tests"], when, off)
+                   for sub, student, steps, result, when, off in pending if student not in failed]
+        due = self.policy.due.get(self.assignment)
+        try:
+            gradebook.record_many(self.work, self.assignment, self.assignment, entries, due)
+        except Exception:  # find who: one session each
+            for entry in entries:
+                try:
+                    gradebook.record_many(self.work, self.assignment, self.assignment, [entry],
+                                          due)
+                except Exception as err:
+                    failed[entry[0]] = err
+        for student, err in failed.items():  # keep the row; say the gradebook copy is missing
+            row = self.rows[student]
+            row.update(status=Status.ERROR, message=(
+                f"{row['message']} (not recorded in the gradebook: {type(err).__name__}: "
+                f"{str(err)[:200]}; please report)").strip())
+            tests = next(r["tests"] for _, s, _, r, _, _ in pending if s == student)
+            write_feedback(self.out / "feedback" / student, row, tests)
+        if failed:
             write_grades(self.out / "grades.csv", self.all_rows())
 
-    def _record(self, sub, student, steps, result, when, off) -> None:
+    def _copy(self, sub, student, steps, result, when) -> None:
+        """The submitted and the autograded notebook, where nbgrader keeps them."""
         name = f"{self.assignment}.ipynb"
         for stage in ("submitted", "autograded"):
             folder = self.work / stage / student / self.assignment
@@ -254,8 +270,6 @@ class _Run:
         shutil.copyfile(sub.notebook, self.work / "submitted" / student / self.assignment / name)
         nbformat.write(_graded_notebook(steps, result["outputs"], self.release),
                        self.work / "autograded" / student / self.assignment / name)
-        gradebook.record(self.work, self.assignment, self.assignment, student, result["tests"],
-                         when, off, self.policy.due.get(self.assignment))
 
 
 @dataclass(frozen=True)

@@ -10,23 +10,38 @@ from pathlib import Path
 
 def record(work: Path, assignment: str, notebook: str, student: str, tests: list[dict],
            timestamp: datetime | None, penalty: float, due: datetime | None) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+    """One student's autograded scores, penalty and time, as ``nbgrader autograde`` leaves
+    them (their earlier submission replaced)."""
+    record_many(work, assignment, notebook, [(student, tests, timestamp, penalty)], due)
+
+
+def record_many(work: Path, assignment: str, notebook: str, entries: list[tuple],
+                due: datetime | None) -> None:
+    """``record`` for each ``(student, tests, timestamp, penalty)``, in one gradebook session:
+    opening the gradebook costs more than a student's rows."""
+    from nbgrader.api import Gradebook
 
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy autoflush notes from inside nbgrader
         if due is not None:
             gb.update_or_create_assignment(assignment, duedate=due.replace(tzinfo=None))
-        gb.update_or_create_student(student)
-        try:
-            gb.remove_submission(assignment, student)
-        except MissingEntry:
-            pass
-        gb.add_submission(assignment, student,
-                          timestamp=timestamp.replace(tzinfo=None) if timestamp else None)
-        for test in tests:
-            grade = gb.find_grade(test["test"], notebook, assignment, student)
-            grade.auto_score = test["points"]
-            grade.needs_manual_grade = False
-        gb.find_submission_notebook(notebook, assignment, student).late_submission_penalty = (
-            penalty)
+        for student, tests, timestamp, penalty in entries:
+            _record(gb, assignment, notebook, student, tests, timestamp, penalty)
         gb.db.commit()
+
+
+def _record(gb, assignment, notebook, student, tests, timestamp, penalty) -> None:
+    from nbgrader.api import MissingEntry
+
+    gb.update_or_create_student(student)
+    try:
+        gb.remove_submission(assignment, student)
+    except MissingEntry:
+        pass
+    gb.add_submission(assignment, student,
+                      timestamp=timestamp.replace(tzinfo=None) if timestamp else None)
+    for test in tests:
+        grade = gb.find_grade(test["test"], notebook, assignment, student)
+        grade.auto_score = test["points"]
+        grade.needs_manual_grade = False
+    gb.find_submission_notebook(notebook, assignment, student).late_submission_penalty = penalty
