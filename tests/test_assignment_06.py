@@ -19,11 +19,11 @@ from autograder.isolation.sandbox import sandbox_problem
 from autograder.scoring.grade import grade
 
 A = "06_decoding"
-FULL = 14.0
+FULL = 15.0
 OWN_CELLS = {
     "greedy": {"test_greedy", "test_greedy_stopping"},
     "beam_search": {"test_beam_search_small", "test_beam_search_length_penalty",
-                    "test_beam_search_exhaustive"},
+                    "test_beam_search_exhaustive", "test_beam_search_cost"},
     "temperature_scale": {"test_temperature"},
     "top_k_filter": {"test_top_k"},
     "top_p_filter": {"test_top_p"},
