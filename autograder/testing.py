@@ -204,6 +204,19 @@ def oracle_greedy(dist, source, max_len: int) -> list[int]:
     return out
 
 
+def check_outputs(got, expected, what: str, hint: str = "") -> None:
+    """``got``, what ``greedy`` returned, must be one list of int per row, equal to
+    ``expected``'s, without <bos> or <eos>; ``hint`` ends the message of a wrong output."""
+    assert type(got) is list and len(got) == len(expected), (
+        f"{what}: expected a list of {len(expected)} outputs, one per input row")
+    for row, (g, e) in enumerate(zip(got, expected)):
+        assert type(g) is list and all(type(w) is int for w in g), (
+            f"{what}: each output should be a list of int (use .tolist()), got "
+            f"{type(g).__name__}")
+        assert EOS not in g and BOS not in g, f"{what}: outputs should not contain <bos> or <eos>"
+        assert g == e, f"{what}, row {row} of {len(expected)}: got {g}, expected {e}{hint}"
+
+
 def oracle_beam(dist, source, k: int, max_len: int, beta: float, variant: str = "rules"):
     """Beam search of one input by the rules of assignment 06's part 2, one hypothesis at a
     time: (tokens, logprob), or None if nothing finished. ``variant`` breaks rule 3 at step

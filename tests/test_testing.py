@@ -144,6 +144,18 @@ def test_greedy_oracle_equals_the_librarys_greedy():
             testing.oracle_greedy(dist, s, max_len) for s in inputs]
 
 
+def test_check_outputs_says_what_differs():
+    testing.check_outputs([[2, 3], []], [[2, 3], []], "greedy")
+    with pytest.raises(AssertionError, match=r"row 1 of 2: got \[2\], expected \[\] \(hint"):
+        testing.check_outputs([[2, 3], [2]], [[2, 3], []], "greedy", " (hint)")
+    with pytest.raises(AssertionError, match="a list of int"):
+        testing.check_outputs([torch.tensor([2])], [[2]], "greedy")
+    with pytest.raises(AssertionError, match="should not contain <bos> or <eos>"):
+        testing.check_outputs([[2, testing.EOS]], [[2]], "greedy")
+    with pytest.raises(AssertionError, match="a list of 2 outputs"):
+        testing.check_outputs([[2]], [[2], [3]], "greedy")
+
+
 def test_beam_oracle_equals_the_librarys_beam_search_and_the_model_counts_its_rows():
     for rng, _, max_len, model, dist, rows, inputs in protocol_cases(40):
         k, beta = rng.randint(1, 4), rng.choice([0.0, 0.5, 1.0, 2.0])
