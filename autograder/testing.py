@@ -9,8 +9,8 @@ later cells, and no cell may rely on what another cell defined (``selftest --ind
 
 The functions a test hands to a student's answer (a model's ``step``, a reference part passed
 through ``parts=``) are called back in the grader, as a test cell's own functions are
-(``isolation.remote``). Those that take arguments from a student's code check their type and
-size first: they run in the grader, on the grader's time.
+(``isolation.remote``). Those that take arguments from a student's code check them first
+(types, and sizes where the work grows with them): they run in the grader, on its time.
 """
 
 from __future__ import annotations
