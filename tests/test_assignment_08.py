@@ -4,27 +4,20 @@ Graded calls cross into the sandbox as copies of their arguments, and torch's gl
 is reseeded before every call. So writing into ``ids`` in place, drawing from the global
 generator, and popping the caller's lists would pass unnoticed if the tests did not look for them
 (ids whose rows share memory, the three draws isolated one at a time, tuples for lists). One
-sandboxed grading run (2 workers) grades the three mistakes. That a stubbed answer costs only its
-own cells is ``selftest --independence``'s job, which the suite runs for every assignment.
+sandboxed grading run grades the three mistakes (``test_redteam``'s harness). Which cells each
+answer owns is pinned in ``test_assignment_parts.py``; that a stubbed answer costs only its own
+cells is ``selftest --independence``'s job, which the suite runs for every assignment.
 """
 
-import json
 import re
 
-import nbformat
 import pytest
+from test_hostile import cell_of
+from test_redteam import feedback, graded, notebook
 
-from autograder.authoring.course import source_notebook
 from autograder.isolation.sandbox import sandbox_problem
-from autograder.scoring.grade import grade
 
 A = "08_bert_mlm"
-FULL = 12.0
-OWN_CELLS = {
-    "mask_tokens": {"test_mask_rules", "test_mask_rates", "test_mask_generator"},
-    "mlm_loss": {"test_mlm_loss_value", "test_mlm_loss_ignores"},
-    "pack_pair": {"test_pack_layout", "test_pack_truncation"},
-}
 _DRAWS = """
     special = torch.isin(ids, torch.tensor(special_ids))
     ordinary = torch.tensor([i for i in range(vocab_size) if i not in special_ids])
@@ -35,7 +28,7 @@ _DRAWS = """
     to_mask = chosen & (v < mask_rate)
     to_random = chosen & (v >= mask_rate) & (v < mask_rate + random_rate)
 """
-# name: (function, its wrong body, the test cells it must lose)
+# name: (answer cell and function, its wrong body, the test cells it must lose)
 WRONG = {
     "writes_into_ids": ("mask_tokens", _DRAWS.format(g=", generator=generator") + """
     labels = ids.masked_fill(~chosen, -100)
@@ -62,42 +55,21 @@ pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewra
                                 + (sandbox_problem() or ""))
 
 
-def replaced(function: str, body: str) -> nbformat.NotebookNode:
-    """The solution with ``function``'s solution region replaced by ``body``."""
-    nb = nbformat.read(source_notebook(A), as_version=4)
-    region = re.compile(rf"(def {function}\(.*?)\n *### BEGIN SOLUTION\n.*?### END SOLUTION",
-                        re.DOTALL)
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and c.metadata["nbgrader"].get("solution") and f"def {function}(" in c.source]
-    assert len(cells) == 1, f"expected one answer cell defining {function}"
-    cells[0].source, found = region.subn(lambda m: m.group(1) + body.rstrip("\n"),
-                                         cells[0].source)
+def with_body(function: str, body: str) -> str:
+    """The solution's answer cell ``function`` with its solution region replaced by ``body``."""
+    source = "".join(cell_of(notebook(A), function)["source"])
+    region = re.compile(r"\n *### BEGIN SOLUTION\n.*?### END SOLUTION", re.DOTALL)
+    source, found = region.subn(lambda m: "\n" + body.strip("\n"), source)
     assert found == 1, function
-    return nb
-
-
-def test_every_answer_is_named_and_every_test_cell_owned():
-    nb = nbformat.read(source_notebook(A), as_version=4)
-    tests = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-             for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    assert set(tests) == set().union(*OWN_CELLS.values())
-    assert sum(tests.values()) == FULL
-    assert all(cells <= OWN_CELLS[function] for function, _, cells in WRONG.values())
+    return source
 
 
 def test_hidden_mistakes_cost_only_their_own_cells(tmp_path):
-    notebooks = {name: replaced(function, body) for name, (function, body, _) in WRONG.items()}
-    for name, nb in notebooks.items():
-        (tmp_path / "subs" / name).mkdir(parents=True)
-        nbformat.write(nb, tmp_path / "subs" / name / f"{A}.ipynb")
-    rows = grade(A, tmp_path / "subs", tmp_path / "out", workers=2, log=lambda *a: None)
-    assert len(rows) == len(notebooks)
-    for row in rows:
-        name = row["student_id"]
-        feedback = json.loads((tmp_path / "out" / "feedback" / name / "feedback.json")
-                              .read_text())
-        lost = {t["test"] for t in feedback["tests"] if not t["passed"]}
-        assert row["status"] == "graded", row
-        assert lost == WRONG[name][2], (name, feedback["tests"])
-        cost = sum(t["max_points"] for t in feedback["tests"] if t["test"] in lost)
-        assert float(row["score"]) == FULL - cost, row
+    students = {name: notebook(A, **{function: with_body(function, body)})
+                for name, (function, body, _) in WRONG.items()}
+    rows, out = graded(tmp_path, A, students)
+    for name, (_, _, lost) in WRONG.items():
+        tests = feedback(out, name)
+        assert {t for t, r in tests.items() if not r["passed"]} == lost, (name, tests)
+        cost = sum(tests[t]["max_points"] for t in lost)
+        assert (rows[name]["status"], rows[name]["score"]) == ("graded", 12 - cost), rows[name]

@@ -186,3 +186,180 @@ def test_a_module_value_never_makes_the_grader_import_the_students_file(tmp_path
     assert (rows["mallory"]["status"], float(rows["mallory"]["score"])) == ("graded", 15)
     assert "test_perplexity" in rows["mallory"]["message"]
     assert "should be a float, got module" in rows["mallory"]["message"]
+
+
+# ------------------------------------------------- 06: beam search must not list every output
+A06 = "06_decoding"
+BEAM_HEAD = '''import math
+
+import torch
+
+
+def beam_search(model, inputs, beam_size, max_len, length_penalty=0.0):
+'''
+LISTS_BEAM = BEAM_HEAD + '''\
+    """Honest beam search with Python lists: each hypothesis stepped on its own (one row at a
+    time), log-probabilities summed as Python floats."""
+    start, results = model.start(inputs), []
+    for row in range(len(inputs)):
+        live = [([], 0.0, model.select(start, torch.tensor([row])), model.bos_id)]
+        finished = []  # (tokens, logprob, length)
+        for t in range(1, max_len + 1):
+            cands = []
+            for i, (_, logprob, state, last) in enumerate(live):
+                log_probs, state = model.step(state, torch.tensor([last]))
+                for w, lp in enumerate(log_probs[0].tolist()):
+                    if logprob + lp > -math.inf:
+                        cands.append((logprob + lp, i, w, state))
+            cands.sort(key=lambda c: -c[0])
+            for score, i, w, _ in cands[:beam_size]:
+                if w == model.eos_id or t == max_len:
+                    finished.append((live[i][0] + ([] if w == model.eos_id else [w]), score, t))
+            live = [(live[i][0] + [w], score, state, w)
+                    for score, i, w, state in cands if w != model.eos_id][:beam_size]
+            if len(finished) >= beam_size:
+                break
+        tokens, logprob, _ = max(finished, key=lambda f: f[1] / f[2] ** length_penalty)
+        results.append((tokens, logprob))
+    return results
+'''
+ENUMERATING_BEAM = BEAM_HEAD + '''\
+    """Steps every prefix of every length first (the whole tree of outputs, a batch per
+    length), then applies the rules of beam search to that table: right outputs, at the cost
+    of V ** max_len model rows."""
+    start, results = model.start(inputs), []
+    for row in range(len(inputs)):
+        table, level = {}, [()]
+        state, last = model.select(start, torch.tensor([row])), torch.tensor([model.bos_id])
+        for t in range(max_len):
+            log_probs, state = model.step(state, last)
+            table.update(zip(level, log_probs.tolist()))
+            grow = [(i, w) for i in range(len(level)) for w in range(log_probs.shape[1])
+                    if w != model.eos_id]
+            state = model.select(state, torch.tensor([i for i, _ in grow]))
+            last = torch.tensor([w for _, w in grow])
+            level = [level[i] + (w,) for i, w in grow]
+        live, finished = [((), 0.0)], []
+        for t in range(1, max_len + 1):
+            cands = sorted(((lp + s, p, w) for p, lp in live for w, s in enumerate(table[p])
+                            if lp + s > -math.inf), key=lambda c: -c[0])
+            finished += [(list(p) + ([] if w == model.eos_id else [w]), lp, t)
+                         for lp, p, w in cands[:beam_size] if w == model.eos_id or t == max_len]
+            live = [(p + (w,), lp) for lp, p, w in cands if w != model.eos_id][:beam_size]
+            if len(finished) >= beam_size:
+                break
+        tokens, logprob, _ = max(finished, key=lambda f: f[1] / f[2] ** length_penalty)
+        results.append((tokens, logprob))
+    return results
+'''
+CLASS_06 = {  # student -> (beam_search answer, score, the message of what it lost)
+    "honest": (None, 15, {}),
+    "lists_one_row_at_a_time": (LISTS_BEAM, 15, {}),
+    "enumerates_every_output": (ENUMERATING_BEAM, 14, {
+        "test_beam_search_cost": "asked model.step for 91 rows in 3 calls (the rows of "
+                                 "last_tokens, summed); beam search needs at most K * "
+                                 "(max_len + 1) * B = 78"}),
+}
+
+
+@pytest.fixture(scope="module")
+def class_06(tmp_path_factory):
+    students = {s: notebook(A06, **({"beam_search": a} if a else {}))
+                for s, (a, _, _) in CLASS_06.items()}
+    return graded(tmp_path_factory.mktemp("redteam06"), A06, students)
+
+
+@pytest.mark.parametrize("student", sorted(CLASS_06))
+def test_beam_search_is_graded_on_what_it_costs(class_06, student):
+    rows, out = class_06
+    _, score, lost = CLASS_06[student]
+    row = rows[student]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", score, 15), row
+    failed = {t: r["message"] for t, r in feedback(out, student).items() if not r["passed"]}
+    assert sorted(failed) == sorted(lost), failed
+    for test, message in lost.items():
+        assert message in failed[test], failed[test]
+
+
+# ----------------------------------------------------- 04: attention computed in float64
+A04 = "04_attention"
+FLOAT64_SCORES = '''def dot_score(s, h):
+    """[B, S] scores s . h_i, computed in float64 and returned in the input's dtype."""
+    return (h.double() @ s.double()[:, :, None])[:, :, 0].to(s.dtype)
+
+
+def bilinear_score(s, h, W):
+    """[B, S] scores s^T W h_i, in float64."""
+    return ((h.double() @ W.double().T) @ s.double()[:, :, None])[:, :, 0].to(s.dtype)
+
+
+def additive_score(s, h, W, U, v):
+    """[B, S] scores v^T tanh(W s + U h_i), in float64."""
+    hidden = (s.double() @ W.double().T)[:, None, :] + h.double() @ U.double().T
+    return (torch.tanh(hidden) @ v.double()).to(s.dtype)
+'''
+FLOAT64_SDPA = '''def scaled_dot_product_attention(query, key, value, mask=None):
+    """Computed in float64 throughout, cast back to the input's dtype at the end."""
+    q, k, v = query.double(), key.double(), value.double()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return (weights @ v).to(query.dtype), weights.to(query.dtype)
+'''
+CLASS_04 = {"honest": {}, "float64_inside": {"scores": FLOAT64_SCORES, "sdpa": FLOAT64_SDPA}}
+
+
+@pytest.fixture(scope="module")
+def class_04(tmp_path_factory):
+    students = {s: notebook(A04, **answers) for s, answers in CLASS_04.items()}
+    return graded(tmp_path_factory.mktemp("redteam04"), A04, students)
+
+
+@pytest.mark.parametrize("student", sorted(CLASS_04))
+def test_attention_in_float64_keeps_full_marks(class_04, student):
+    rows, out = class_04
+    row = rows[student]
+    assert (row["status"], row["score"], row["max_score"], row["message"]) == (
+        "graded", 11, 11, ""), row
+    assert all(t["passed"] for t in feedback(out, student).values())
+
+
+# ------------------------------------------------- 08: masking drawn with torch.bernoulli
+A08 = "08_bert_mlm"
+BERNOULLI_MASKING = '''def mask_tokens(ids, special_ids, mask_id, vocab_size, generator, p=0.15,
+                mask_rate=0.8, random_rate=0.1):
+    """Each position chosen by a Bernoulli draw of its own, then masked by another; of the
+    rest, a share random_rate / (1 - mask_rate) replaced: the text's rates, other draws."""
+    special = torch.isin(ids, torch.tensor(special_ids, dtype=torch.long))
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in set(special_ids)])
+
+    def coin(rate):
+        return torch.bernoulli(torch.full(ids.shape, float(rate)), generator=generator).bool()
+
+    chosen = coin(p) & ~special
+    to_mask = chosen & coin(mask_rate)
+    to_random = chosen & ~to_mask & coin(min(1.0, random_rate / (1 - mask_rate))
+                                         if mask_rate < 1 else 0.0)
+    drawn = ordinary[torch.randint(len(ordinary), ids.shape, generator=generator)]
+    inputs = torch.where(to_random, drawn, ids.masked_fill(to_mask, mask_id))
+    return inputs, ids.masked_fill(~chosen, -100)
+'''
+CLASS_08 = {"honest": {}, "bernoulli_draws": {"mask_tokens": BERNOULLI_MASKING}}
+
+
+@pytest.fixture(scope="module")
+def class_08(tmp_path_factory):
+    students = {s: notebook(A08, **answers) for s, answers in CLASS_08.items()}
+    return graded(tmp_path_factory.mktemp("redteam08"), A08, students)
+
+
+@pytest.mark.parametrize("student", sorted(CLASS_08))
+def test_masking_drawn_another_way_keeps_full_marks(class_08, student):
+    """The text asks for the rates, not the stream: "any correct way of drawing from
+    generator passes"."""
+    rows, out = class_08
+    row = rows[student]
+    assert (row["status"], row["score"], row["max_score"], row["message"]) == (
+        "graded", 12, 12, ""), row
+    assert all(t["passed"] for t in feedback(out, student).values())

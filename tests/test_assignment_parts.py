@@ -1,0 +1,56 @@
+"""Which test cells grade which answer, where answers build on each other.
+
+An answer that uses others (05's ``multi_head_attention`` and ``pre_ln_block``, 06's
+``sample_step``, 07's ``max_ref_counts``, ``modified_precision`` and ``corpus_bleu``) takes a
+keyword ``parts``; its test cells pass reference versions (or recording stand-ins) in through it
+and never read the names of the answers it builds on. So each answer is graded by its own cells
+only, which this pins from the notebooks' text (``selftest.answer_map``), points included. That
+a stubbed answer then costs exactly those cells is ``selftest --independence``'s job, which
+``test_autograder.py`` runs for every assignment.
+"""
+
+import nbformat
+import pytest
+
+from autograder.authoring.course import source_notebook
+from autograder.authoring.selftest import answer_map
+
+OWN_CELLS = {  # assignment: (answer cell: the test cells that read its names), total points
+    "05_transformer": ({
+        "sdpa": {"test_sdpa", "test_sdpa_mask"},
+        "split_merge": {"test_split_heads", "test_merge_heads"},
+        "mha": {"test_mha", "test_mha_mask"},
+        "positions": {"test_positions"},
+        "causal": {"test_causal_mask"},
+        "block": {"test_block_ffn", "test_block"},
+    }, 15),
+    "06_decoding": ({
+        "greedy": {"test_greedy", "test_greedy_stopping"},
+        "beam_search": {"test_beam_search_small", "test_beam_search_length_penalty",
+                        "test_beam_search_exhaustive", "test_beam_search_cost"},
+        "filters": {"test_temperature", "test_top_k", "test_top_p"},
+        "sample_step": {"test_sample_step_filters", "test_sample_step_frequencies"},
+    }, 15),
+    "07_bleu": ({
+        "ngrams": {"test_ngrams"},
+        "max_ref_counts": {"test_max_ref_counts"},
+        "modified_precision": {"test_modified_precision"},
+        "brevity_penalty": {"test_brevity_penalty"},
+        "corpus_bleu": {"test_corpus_bleu_examples", "test_corpus_bleu_random"},
+    }, 13),
+    "08_bert_mlm": ({
+        "mask_tokens": {"test_mask_rules", "test_mask_rates", "test_mask_generator"},
+        "mlm_loss": {"test_mlm_loss_value", "test_mlm_loss_ignores"},
+        "pack_pair": {"test_pack_layout", "test_pack_truncation"},
+    }, 12),
+}
+
+
+@pytest.mark.parametrize("assignment", sorted(OWN_CELLS))
+def test_each_answer_is_graded_by_its_own_cells_only(assignment):
+    own, total = OWN_CELLS[assignment]
+    nb = nbformat.read(source_notebook(assignment), as_version=4)
+    assert {cell: info["tests"] for cell, info in answer_map(nb).items()} == own
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert set(points) == set().union(*own.values()) and sum(points.values()) == total
