@@ -507,3 +507,18 @@ def test_mbr_against_brute_force_where_expected_utility_is_exact():
     assert agreed >= 3
     with pytest.raises(ValueError, match="weights"):
         decoding.mbr([[1]], [[1], [2]], f1, weights=[1.0])
+
+
+def test_top_k_stable_is_the_head_of_a_stable_sort():
+    """Beam search takes its K best candidates without sorting whole rows; with many ties and
+    -inf entries the result must still be what a stable descending sort puts first."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        rows, n = (int(torch.randint(1, m, (1,), generator=g)) for m in (5, 40))
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        values = torch.randint(-4, 2, (rows, n), generator=g).double()
+        values[torch.rand(rows, n, generator=g) < 0.3] = float("-inf")
+        expected_values, expected_index = values.sort(dim=-1, descending=True, stable=True)
+        got_values, got_index = decoding._top_k_stable(values, k)
+        assert torch.equal(got_values, expected_values[:, :k])
+        assert torch.equal(got_index, expected_index[:, :k])

@@ -447,6 +447,18 @@ def _may_improve(finished: list[Hypothesis], best_live: float, k: int, t: int, m
     return best_live / length ** length_penalty > finished[-1].score
 
 
+def _top_k_stable(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest entries of each row and their indices, best first, ties to the smaller
+    index: the first k columns of ``values.sort(dim=-1, descending=True, stable=True)``
+    without sorting whole rows (``topk`` alone may break ties either way)."""
+    kth = values.topk(k, dim=-1).values[..., -1:]
+    above, tied = values > kth, values == kth
+    take = above | (tied & (tied.cumsum(-1) <= k - above.sum(-1, keepdim=True)))
+    index = take.nonzero()[:, -1].view(*values.shape[:-1], k)  # exactly k per row
+    picked, order = values.gather(-1, index).sort(dim=-1, descending=True, stable=True)
+    return picked, index.gather(-1, order)
+
+
 @torch.no_grad()
 def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalty: float = 0.0,
                 n_best: int = 1, early_stopping: bool | str = True) -> list[list[Hypothesis]]:
@@ -507,9 +519,9 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
             log_probs, state = model.step(state, tokens)
             vocab = log_probs.shape[-1]
             cand = scores[..., None] + log_probs.to(device).double().view(batch, k, vocab)
-            # the K best candidates (a stable sort: ties go to the earlier beam, smaller id)
-            top_lp, top = cand.view(batch, -1).sort(dim=-1, descending=True, stable=True)
-            top_lp, top = top_lp[:, :k].tolist(), top[:, :k].tolist()
+            # the K best candidates (ties go to the earlier beam, then the smaller id)
+            top_lp, top = _top_k_stable(cand.view(batch, -1), k)
+            top_lp, top = top_lp.tolist(), top.tolist()
             for b in (b for b in range(batch) if open_rows[b]):
                 new = [Hypothesis(history[b, i // vocab].tolist() + ([] if ends else [i % vocab]),
                                   lp, _score(lp, t, length_penalty), ends)
@@ -519,8 +531,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
                 finished[b] = sorted(finished[b] + new, key=lambda h: -h.score)[:k]
             live = cand.clone()
             live[:, :, model.eos_id] = float("-inf")
-            scores, index = live.view(batch, -1).sort(dim=-1, descending=True, stable=True)
-            scores, index = scores[:, :k], index[:, :k]
+            scores, index = _top_k_stable(live.view(batch, -1), k)
             beam, token = index // vocab, index % vocab
             history = torch.cat([history.gather(1, beam[..., None].expand(-1, -1, t - 1)),
                                  token[..., None]], dim=2)
