@@ -703,6 +703,25 @@ def mbr(candidates: Sequence, evidence: Sequence, utility: Callable[[Any, Any], 
     return max(range(len(candidates)), key=expected.__getitem__), expected
 
 
+def overlap_f1(hypothesis: Sequence, reference: Sequence, max_n: int = 2) -> float:
+    """A utility for MBR: the mean over n = 1..max_n of the F1 of the n-grams two outputs share,
+    each counted at most as often as it occurs in both (clipped, as in BLEU). Orders that
+    neither output is long enough for are left out, so equal outputs score 1 (two empty ones
+    too) and outputs with no word in common 0. Unlike sentence BLEU it is symmetric and needs
+    no smoothing for short outputs."""
+    for name, tokens in (("hypothesis", hypothesis), ("reference", reference)):
+        if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+            raise TypeError(f"{name} must be a list or tuple of tokens, got "
+                            f"{type(tokens).__name__} (split a sentence into words first)")
+    _check_positive_int("max_n", max_n)
+    f1 = []
+    for n in range(1, max_n + 1):
+        h, r = Counter(_ngrams(hypothesis, n)), Counter(_ngrams(reference, n))
+        if h or r:
+            f1.append(2 * sum((h & r).values()) / (h.total() + r.total()))
+    return sum(f1) / len(f1) if f1 else 1.0
+
+
 def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], list[int]], float],
                max_len: int = 60, generator: torch.Generator | None = None, **sampling
                ) -> list[list[int]]:
