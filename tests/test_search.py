@@ -507,3 +507,48 @@ def test_mbr_against_brute_force_where_expected_utility_is_exact():
     assert agreed >= 3
     with pytest.raises(ValueError, match="weights"):
         decoding.mbr([[1]], [[1], [2]], f1, weights=[1.0])
+
+
+def test_overlap_f1_by_hand_and_against_a_list_count():
+    f = decoding.overlap_f1
+    assert f([3, 4, 5], [3, 4, 5]) == 1.0 and f([], []) == 1.0
+    assert f([3], [4]) == 0.0 and f([], [3]) == 0.0  # no bigram anywhere: unigrams alone
+    # [a b a] vs [a a]: 2 clipped unigrams of 3 + 2 -> 0.8; bigrams ab, ba vs aa: 0 of 2 + 1
+    assert f([3, 4, 3], [3, 3]) == pytest.approx(0.4)
+    assert f([3, 4, 3], [3, 3], max_n=1) == pytest.approx(0.8)
+
+    def by_list(h, y, n):  # shared n-grams found by crossing matches off a list
+        grams = [tuple(y[i : i + n]) for i in range(len(y) - n + 1)]
+        mine = [tuple(h[i : i + n]) for i in range(len(h) - n + 1)]
+        shared = 0
+        for g in mine:
+            if g in grams:
+                grams.remove(g)
+                shared += 1
+        return 2 * shared / (len(mine) + len(y) - n + 1)
+
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        h, y = (torch.randint(2, 6, (int(torch.randint(2, 9, (1,), generator=rng)),),
+                              generator=rng).tolist() for _ in range(2))
+        assert f(h, y) == pytest.approx((by_list(h, y, 1) + by_list(h, y, 2)) / 2)
+        assert f(h, y) == f(y, h)
+    with pytest.raises(ValueError, match="max_n"):
+        f([1], [1], max_n=0)
+    with pytest.raises(TypeError, match="reference must be a list or tuple of tokens, got str"):
+        f(["a"], "a b")  # a string would be read as characters
+
+
+def test_top_k_stable_is_the_head_of_a_stable_sort():
+    """Beam search takes its K best candidates without sorting whole rows; with many ties and
+    -inf entries the result must still be what a stable descending sort puts first."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        rows, n = (int(torch.randint(1, m, (1,), generator=g)) for m in (5, 40))
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        values = torch.randint(-4, 2, (rows, n), generator=g).double()
+        values[torch.rand(rows, n, generator=g) < 0.3] = float("-inf")
+        expected_values, expected_index = values.sort(dim=-1, descending=True, stable=True)
+        got_values, got_index = decoding._top_k_stable(values, k)
+        assert torch.equal(got_values, expected_values[:, :k])
+        assert torch.equal(got_index, expected_index[:, :k])

@@ -447,6 +447,18 @@ def _may_improve(finished: list[Hypothesis], best_live: float, k: int, t: int, m
     return best_live / length ** length_penalty > finished[-1].score
 
 
+def _top_k_stable(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest entries of each row and their indices, best first, ties to the smaller
+    index: the first k columns of ``values.sort(dim=-1, descending=True, stable=True)``
+    without sorting whole rows (``topk`` alone may break ties either way)."""
+    kth = values.topk(k, dim=-1).values[..., -1:]
+    above, tied = values > kth, values == kth
+    take = above | (tied & (tied.cumsum(-1) <= k - above.sum(-1, keepdim=True)))
+    index = take.nonzero()[:, -1].view(*values.shape[:-1], k)  # exactly k per row
+    picked, order = values.gather(-1, index).sort(dim=-1, descending=True, stable=True)
+    return picked, index.gather(-1, order)
+
+
 @torch.no_grad()
 def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalty: float = 0.0,
                 n_best: int = 1, early_stopping: bool | str = True) -> list[list[Hypothesis]]:
@@ -507,9 +519,9 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
             log_probs, state = model.step(state, tokens)
             vocab = log_probs.shape[-1]
             cand = scores[..., None] + log_probs.to(device).double().view(batch, k, vocab)
-            # the K best candidates (a stable sort: ties go to the earlier beam, smaller id)
-            top_lp, top = cand.view(batch, -1).sort(dim=-1, descending=True, stable=True)
-            top_lp, top = top_lp[:, :k].tolist(), top[:, :k].tolist()
+            # the K best candidates (ties go to the earlier beam, then the smaller id)
+            top_lp, top = _top_k_stable(cand.view(batch, -1), k)
+            top_lp, top = top_lp.tolist(), top.tolist()
             for b in (b for b in range(batch) if open_rows[b]):
                 new = [Hypothesis(history[b, i // vocab].tolist() + ([] if ends else [i % vocab]),
                                   lp, _score(lp, t, length_penalty), ends)
@@ -519,8 +531,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
                 finished[b] = sorted(finished[b] + new, key=lambda h: -h.score)[:k]
             live = cand.clone()
             live[:, :, model.eos_id] = float("-inf")
-            scores, index = live.view(batch, -1).sort(dim=-1, descending=True, stable=True)
-            scores, index = scores[:, :k], index[:, :k]
+            scores, index = _top_k_stable(live.view(batch, -1), k)
             beam, token = index // vocab, index % vocab
             history = torch.cat([history.gather(1, beam[..., None].expand(-1, -1, t - 1)),
                                  token[..., None]], dim=2)
@@ -690,6 +701,25 @@ def mbr(candidates: Sequence, evidence: Sequence, utility: Callable[[Any, Any], 
     expected = [sum(w * utility(h, y) for w, y in zip(weights, evidence)) / total
                 for h in candidates]
     return max(range(len(candidates)), key=expected.__getitem__), expected
+
+
+def overlap_f1(hypothesis: Sequence, reference: Sequence, max_n: int = 2) -> float:
+    """A utility for MBR: the mean over n = 1..max_n of the F1 of the n-grams two outputs share,
+    each counted at most as often as it occurs in both (clipped, as in BLEU). Orders that
+    neither output is long enough for are left out, so equal outputs score 1 (two empty ones
+    too) and outputs with no word in common 0. Unlike sentence BLEU it is symmetric and needs
+    no smoothing for short outputs."""
+    for name, tokens in (("hypothesis", hypothesis), ("reference", reference)):
+        if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+            raise TypeError(f"{name} must be a list or tuple of tokens, got "
+                            f"{type(tokens).__name__} (split a sentence into words first)")
+    _check_positive_int("max_n", max_n)
+    f1 = []
+    for n in range(1, max_n + 1):
+        h, r = Counter(_ngrams(hypothesis, n)), Counter(_ngrams(reference, n))
+        if h or r:
+            f1.append(2 * sum((h & r).values()) / (h.total() + r.total()))
+    return sum(f1) / len(f1) if f1 else 1.0
 
 
 def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], list[int]], float],
