@@ -8,11 +8,11 @@ import json
 import pytest
 from similarity_class import CLASS
 
-from autograder import similarity
 from autograder.authoring.course import source_notebook
 from autograder.authoring.release import release
 from autograder.intake.normalize import plan, read_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring import similarity
 from autograder.scoring.grade import grade
 
 LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
