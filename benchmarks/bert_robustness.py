@@ -5,14 +5,15 @@ parameters cell gets ``SEED = s`` and a cell after it calls ``torch.set_num_thre
 notebook asserts every conclusion it draws (the masking proportions; an encoder without the
 causal mask goes below the toy language's entropy; BERT's fill-in-the-blank top-1 accuracy
 within 3 points of the exact posterior's, its expected accuracy at or below the Bayes ceiling
-and the measured one within 4 standard errors of it, with a small KL divergence; the steep fall
-of the pretraining loss is BERT learning the verbs' number; BERT proposes words that fit at
-visible wrong words; on the main verb the causal LM is as good as BERT; on the subject noun,
-whose number only the right context gives, BERT beats the causal LM, which is at chance;
-fine-tuned and frozen BERT beat training from scratch on the same few labels, for a sentence
-label and for a role tag per word), so a run that finishes is a run where all of them held; a
-run that fails names the cell. Then prints the headline numbers of every run and their spread
-(min .. max).
+and the measured one within 4 standard errors of it, with a small KL divergence; with SEED = 0
+the steep fall of the pretraining loss between steps 300 and 500 comes with BERT learning the
+verbs' number; BERT proposes words that fit at visible wrong words; on the main verb the causal
+LM is as good as BERT; on the subject noun, whose number only the right context gives, BERT
+beats the causal LM, which is at chance; fine-tuned and frozen BERT beat training from scratch
+on the same few labels, for a sentence label and for a role tag per word), so a run that
+finishes is a run where all of them held; a run that fails names the cell. Then prints the
+headline numbers of every run and their spread (min .. max), margins against the notebook's
+thresholds included.
 
     python benchmarks/bert_robustness.py [--seeds 0 1 2 3 4] [--threads 1 2 4] [--jobs 2]
 
@@ -67,12 +68,25 @@ def headline(records: dict) -> dict[str, float]:
                                   ("fine-tuned BERT", "feature-based BERT", "from scratch"))
         out["transfer margin, fine-tuned - scratch (asserted > 0.15)"] = \
             tuned["all"] - scratch["all"]
-        out["transfer margin, feature-based - scratch (asserted > 0.15)"] = \
+        out["transfer margin, feature-based - scratch (asserted > 0.1)"] = \
             frozen["all"] - scratch["all"]
-        out["|fine-tuned - feature-based| (asserted < 0.05)"] = abs(tuned["all"] - frozen["all"])
-    for name, row in records.get("tagging", {}).items():
+        out["transfer margin, fine-tuned - feature-based (asserted > -0.01)"] = \
+            tuned["all"] - frozen["all"]
+    tagging = records.get("tagging", {})
+    for name, row in tagging.items():
         for key, value in row.items():
             out[f"tagging, {name}: {key}"] = value
+    if len(tagging) == 4:
+        tuned, frozen, scratch, usual = (tagging[k] for k in (
+            "fine-tuned BERT", "feature-based BERT", "from scratch", "each word's usual role"))
+        out["tagging margin, fine-tuned - feature-based words (asserted > 0.01)"] = \
+            tuned["words"] - frozen["words"]
+        out["tagging margin, feature-based - scratch words (asserted > 0.03)"] = \
+            frozen["words"] - scratch["words"]
+        out["tagging margin, scratch - usual role words (asserted > 0.2)"] = \
+            scratch["words"] - usual["words"]
+        out["tagging margin, fine-tuned - best other, whole sentences (asserted > 0.05)"] = \
+            tuned["whole sentences"] - max(frozen["whole sentences"], scratch["whole sentences"])
     peek = records.get("peeking_next_word_loss", {})
     if peek:
         out["peeking loss / entropy floor (asserted < 0.1)"] = peek["loss"] / peek["entropy_floor"]
