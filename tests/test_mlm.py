@@ -9,6 +9,8 @@ from seqlab.mlm import (
     IGNORE,
     BertClassifier,
     BertModel,
+    BertTagger,
+    classifier_loss,
     collate_pairs,
     fill_mask,
     mask_tokens,
@@ -16,6 +18,8 @@ from seqlab.mlm import (
     nsp_pairs,
     pack_pair,
     pretrain_loss,
+    tagger_loss,
+    tagging_batch,
 )
 
 VOCAB = Vocab([f"w{i}" for i in range(5000)])
@@ -236,3 +240,91 @@ def test_an_untrained_bert_starts_near_the_uniform_loss():
     assert abs(loss - math.log(vocab_size)) < 0.3, loss
     assert model.tokens.weight.std().item() == pytest.approx(0.02, rel=0.2)
     assert (model.tokens.weight[model.pad_id] == 0).all()
+
+
+def _small_bert(vocab_size=12, seed=0):
+    seed_everything(seed)
+    return BertModel(vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)
+
+
+def test_tagging_batch_aligns_tags_with_words_and_skips_specials():
+    vocab = Vocab(["a", "b", "c"])
+    ids, segments, tags = tagging_batch([vocab.encode(["a", "b"]), vocab.encode(["c"])],
+                                        [[1, 0], [2]], vocab)
+    assert ids.tolist() == [[vocab.cls_id, vocab["a"], vocab["b"], vocab.sep_id],
+                            [vocab.cls_id, vocab["c"], vocab.sep_id, vocab.pad_id]]
+    assert tags.tolist() == [[IGNORE, 1, 0, IGNORE], [IGNORE, 2, IGNORE, IGNORE]]
+    assert torch.equal(segments, torch.zeros_like(ids))
+    with pytest.raises(ValueError, match="sentence 1 has 1 tokens but 2 tags"):
+        tagging_batch([[5, 6], [7]], [[0, 1], [0, 1]], vocab)
+    with pytest.raises(ValueError, match="equal length"):
+        tagging_batch([[5]], [[0], [1]], vocab)
+
+
+def test_tagger_loss_is_the_mean_over_tagged_words_only():
+    vocab = Vocab(["a", "b", "c"])
+    tagger = BertTagger(_small_bert(len(vocab)), n_tags=3, dropout=0.0)
+    batch = tagging_batch([vocab.encode(["a", "b", "c"]), vocab.encode(["b"])],
+                          [[0, 1, 2], [1]], vocab)
+    logits = tagger(batch[0])
+    assert logits.shape == (2, 5, 3)
+    picked = torch.cat([logits[0, 1:4], logits[1, 1:2]])
+    expected = torch.nn.functional.cross_entropy(picked, torch.tensor([0, 1, 2, 1]))
+    torch.testing.assert_close(tagger_loss(tagger, batch), expected)
+
+
+def test_a_tagger_learns_a_tag_that_depends_on_the_context():
+    """Tag 1 for a word right after "b", else 0: the word alone does not decide it."""
+    from seqlab.train import fit
+
+    vocab = Vocab(["a", "b", "c"])
+    g = torch.Generator().manual_seed(0)
+    words = torch.randint(len(SPECIALS), len(vocab), (64, 6), generator=g).tolist()
+    tags = [[int(i > 0 and s[i - 1] == vocab["b"]) for i in range(len(s))] for s in words]
+    batch = tagging_batch(words, tags, vocab)
+    tagger = BertTagger(_small_bert(len(vocab)), n_tags=2, dropout=0.0)
+    fit(tagger, torch.optim.Adam(tagger.parameters(), lr=1e-2), [batch] * 150, tagger_loss,
+        device=torch.device("cpu"), progress=False)
+    with torch.no_grad():
+        right = (tagger(batch[0]).argmax(-1) == batch[2])[batch[2] != IGNORE]
+    assert right.float().mean() > 0.98
+
+
+@pytest.mark.parametrize("head", ["classifier", "tagger"])
+def test_feature_based_training_moves_only_the_new_layers(head):
+    from seqlab.train import fit
+
+    vocab = Vocab(["a", "b", "c"])
+    bert = _small_bert(len(vocab))
+    before = {name: w.clone() for name, w in bert.named_parameters()}
+    ids = torch.tensor([[vocab.cls_id, *vocab.encode(["a", "b", "c"]), vocab.sep_id]] * 4)
+    if head == "classifier":
+        model, loss = BertClassifier(bert, 2, freeze=True), classifier_loss
+        batch = (ids, torch.zeros_like(ids), torch.tensor([0, 1, 0, 1]))
+    else:
+        model, loss = BertTagger(bert, 2, freeze=True), tagger_loss
+        batch = tagging_batch([ids[0, 1:4].tolist()] * 4, [[0, 1, 0]] * 4, vocab)
+    trainable = [w for w in model.parameters() if w.requires_grad]
+    head_weights = [w.clone() for w in model.head.parameters()]
+    fit(model, torch.optim.Adam(trainable, lr=1e-2), [batch] * 3, loss,
+        device=torch.device("cpu"), progress=False)
+    moved = {name for name, w in bert.named_parameters() if not torch.equal(w, before[name])}
+    assert moved == ({"pooler.weight", "pooler.bias"} if head == "classifier" else set())
+    assert all(not torch.equal(a, b) for a, b in zip(head_weights, model.head.parameters()))
+    assert model.training and bert.training  # evaluation mode only while reading features
+
+
+def test_fine_tuning_trains_the_encoder_and_freeze_must_be_a_bool():
+    vocab = Vocab(["a", "b"])
+    bert = _small_bert(len(vocab))
+    tagger = BertTagger(bert, 2)
+    assert all(w.requires_grad for w in bert.parameters())
+    assert not tagger.freeze and tagger.bert is bert
+    with pytest.raises(TypeError, match="freeze must be True .* got 'yes'"):
+        BertTagger(bert, 2, freeze="yes")
+    with pytest.raises(TypeError, match="freeze must be True .* got 1"):
+        BertClassifier(bert, 2, freeze=1)
+    with pytest.raises(ValueError, match="n_tags must be an int >= 2, got 1"):
+        BertTagger(bert, 1)
+    with pytest.raises(TypeError, match="bert must be a BertModel, got Linear"):
+        BertTagger(torch.nn.Linear(2, 2), 2)

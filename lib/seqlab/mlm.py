@@ -1,5 +1,6 @@
 """BERT-style masked language modelling (Devlin et al. 2019): masking, sentence pairs, a small
-BERT built from the encoder layers of ``seqlab.transformer``, fill-in-the-blank, fine-tuning.
+BERT built from the encoder layers of ``seqlab.transformer``, fill-in-the-blank, and its uses:
+a classifier and a tagger on top, fine-tuned or on frozen features.
 
 A left-to-right LM cannot use the right context; an encoder that sees both sides would see the
 word it must predict. Masking is the way out: hide 15% of the tokens and predict only those.
@@ -320,22 +321,111 @@ def exact_fill_posterior(logprob: Callable[[str], float], tokens: Sequence[str],
     return weights / weights.sum()
 
 
-class BertClassifier(nn.Module):
-    """A pretrained ``BertModel`` with a new linear layer on its pooled <cls> vector:
-    fine-tuning trains both (the encoder's weights are a starting point, not frozen)."""
+def _check_freeze(freeze) -> bool:
+    if not isinstance(freeze, bool):
+        raise TypeError(f"freeze must be True (feature-based) or False (fine-tuning), got "
+                        f"{freeze!r}")
+    return freeze
 
-    def __init__(self, bert: BertModel, n_classes: int, dropout: float = 0.1):
+
+def _freeze_encoder(bert: BertModel) -> None:
+    """Keep every pretrained weight as it is; only the pooler (which only NSP would have
+    trained) stays trainable, with the new layer on top."""
+    for name, weight in bert.named_parameters():
+        weight.requires_grad_(name.startswith("pooler."))
+
+
+def _hidden(bert: BertModel, ids, segments, frozen: bool) -> torch.Tensor:
+    """The encoder's hidden states [B, T, d]; fixed features (no gradient, evaluation mode)
+    when ``frozen``."""
+    if not frozen:
+        return bert.encode(ids, segments)
+    with torch.no_grad(), evaluating(bert):
+        return bert.encode(ids, segments)
+
+
+class BertClassifier(nn.Module):
+    """A pretrained ``BertModel`` with a new linear layer on its pooled <cls> vector.
+
+    ``freeze=False`` fine-tunes: the encoder's weights are a starting point and train with the
+    new layer. ``freeze=True`` is the feature-based use (as with ELMo): the encoder stays as
+    pretrained, in evaluation mode, and only the pooler and the new layer learn, reading the
+    encoder's hidden states as fixed features, which can be computed once and stored.
+    """
+
+    def __init__(self, bert: BertModel, n_classes: int, dropout: float = 0.1,
+                 freeze: bool = False):
         super().__init__()
         if not isinstance(bert, BertModel):
             raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
         self.bert, self.drop = bert, nn.Dropout(dropout)
         self.head = nn.Linear(bert.pooler.out_features, n_classes)
+        self.freeze = _check_freeze(freeze)
+        if freeze:
+            _freeze_encoder(bert)
 
     def forward(self, ids, segments=None):
-        return self.head(self.drop(self.bert.pooled(self.bert.encode(ids, segments))))
+        hidden = _hidden(self.bert, ids, segments, self.freeze)
+        return self.head(self.drop(self.bert.pooled(hidden)))
 
 
 def classifier_loss(model: BertClassifier, batch) -> torch.Tensor:
     """For ``train.fit``: batch = (ids, segments, class labels)."""
     ids, segments, labels = batch
     return F.cross_entropy(model(ids, segments).float(), labels)
+
+
+# ---------------------------------------------------------------------- token-level tasks
+class BertTagger(nn.Module):
+    """A tag for every token: a new linear layer on each position's hidden state, BERT's recipe
+    for token-level tasks such as named entities (Devlin et al. 2019, Fig. 4d).
+
+    ``forward(ids, segments)`` -> tag scores [B, T, n_tags] (those at <cls>, <sep> and padding
+    are never trained or read). ``freeze`` as in ``BertClassifier``: the paper's feature-based
+    tagger fed the frozen hidden states to a BiLSTM; here the linear layer reads them directly.
+    """
+
+    def __init__(self, bert: BertModel, n_tags: int, dropout: float = 0.1,
+                 freeze: bool = False):
+        super().__init__()
+        if not isinstance(bert, BertModel):
+            raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
+        if isinstance(n_tags, bool) or not isinstance(n_tags, int) or n_tags < 2:
+            raise ValueError(f"n_tags must be an int >= 2, got {n_tags!r}")
+        self.bert, self.drop = bert, nn.Dropout(dropout)
+        self.head = nn.Linear(bert.tokens.embedding_dim, n_tags)
+        self.freeze = _check_freeze(freeze)
+        if freeze:
+            _freeze_encoder(bert)
+
+    def forward(self, ids, segments=None):
+        return self.head(self.drop(_hidden(self.bert, ids, segments, self.freeze)))
+
+
+def tagging_batch(sentences: Sequence[Sequence[int]], tags: Sequence[Sequence[int]],
+                  vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tagged sentences as BERT reads them: (ids, segments, tags), each LongTensor [B, T].
+
+    ``ids`` is ``<cls> w_1 ... w_n <sep>`` padded on the right, ``segments`` all 0, ``tags``
+    the tag ids aligned with the words and -100 (skipped by the loss) at <cls>, <sep> and
+    padding.
+    """
+    if isinstance(sentences, torch.Tensor) or not sentences or len(sentences) != len(tags):
+        raise ValueError(f"sentences and tags must be non-empty lists of equal length, got "
+                         f"{len(sentences)} and {len(tags)}")
+    for n, (words, labels) in enumerate(zip(sentences, tags)):
+        if len(words) != len(labels):
+            raise ValueError(f"sentence {n} has {len(words)} tokens but {len(labels)} tags")
+    ids, _ = pad_batch([[vocab.cls_id, *words, vocab.sep_id] for words in sentences],
+                       vocab.pad_id)
+    padded = torch.full_like(ids, IGNORE)
+    for n, labels in enumerate(tags):
+        padded[n, 1:len(labels) + 1] = torch.tensor(list(labels), dtype=torch.long)
+    return ids, torch.zeros_like(ids), padded
+
+
+def tagger_loss(model: BertTagger, batch) -> torch.Tensor:
+    """For ``train.fit``: mean cross-entropy over the tagged tokens of a ``tagging_batch``."""
+    ids, segments, tags = batch
+    return F.cross_entropy(model(ids, segments).flatten(0, 1).float(), tags.flatten(),
+                           ignore_index=IGNORE)

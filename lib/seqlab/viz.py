@@ -1,8 +1,11 @@
-"""Plots the lectures share: loss curves, labelled heatmaps, probability bar charts, and
-box-and-arrow diagrams (an unrolled RNN, an encoder-decoder, attention over a source).
+"""Plots the lectures share: loss curves, labelled heatmaps, True/False matrices, probability bar
+charts, and box-and-arrow diagrams (an unrolled RNN, an encoder-decoder, attention over a source,
+a whole Transformer language model).
 
 Each function draws on ``ax`` (a new figure when None) and returns the Axes, so a notebook can
-add to it. Every plot gets a title and labelled axes; a diagram gets a title and no axes.
+add to it. Every plot gets a title and labelled axes, a colour scale gets a label, and a
+True/False matrix gets a two-colour legend instead of a colour scale; a diagram gets a title and
+no axes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
 
 def _axes(ax, figsize):
@@ -49,8 +53,13 @@ def heatmap(
     ylabel: str = "",
     cmap: str = "viridis",
     annotate: bool = False,
+    colorbar_label: str = "",
 ):
-    """A labelled heatmap, e.g. attention weights (rows: target words, columns: source words)."""
+    """A labelled heatmap, e.g. attention weights (rows: target words, columns: source words),
+    with a colour bar named ``colorbar_label``. True/False matrices go to ``boolean_heatmap``."""
+    if np.asarray(matrix).dtype == bool:
+        raise ValueError("matrix holds True/False values: draw it with boolean_heatmap, whose "
+                         "legend names both colours, not with a colour scale")
     matrix = np.asarray(matrix, dtype=float)
     if matrix.ndim != 2 or matrix.shape != (len(row_labels), len(col_labels)):
         raise ValueError(
@@ -64,7 +73,48 @@ def heatmap(
     if annotate:
         for (i, j), v in np.ndenumerate(matrix):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w")
-    ax.figure.colorbar(image, ax=ax, fraction=0.046)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, label=colorbar_label)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+def boolean_heatmap(mask, row_labels: Sequence[str] | None, col_labels: Sequence[str] | None,
+                    ax=None, title: str = "", xlabel: str = "", ylabel: str = "",
+                    true_label: str = "True", false_label: str = "False",
+                    colors: tuple[str, str] = ("0.2", "white")):
+    """A True/False matrix (an attention mask, a gold alignment) in two colours, with a legend
+    naming both: a 0-1 colour bar would suggest values in between that a mask cannot take.
+
+    ``mask`` holds bools, or only 0s and 1s; ``colors`` are (True, False). Labels of None
+    number the rows or columns from 0 instead (for long axes, such as 64 positions).
+    """
+    values = np.asarray(mask)
+    if values.dtype != bool:
+        if not np.issubdtype(values.dtype, np.number) or not np.isin(values, (0, 1)).all():
+            raise ValueError(f"mask must hold only True/False (or 1/0), got {values.dtype} "
+                             f"values {np.unique(values)[:5].tolist()}")
+        values = values.astype(bool)
+    rows = len(row_labels) if row_labels is not None else values.shape[0]
+    cols = len(col_labels) if col_labels is not None else values.shape[-1]
+    if values.ndim != 2 or values.shape != (rows, cols):
+        raise ValueError(f"mask shape {values.shape} does not match {rows} row labels and "
+                         f"{cols} column labels")
+    ax = _axes(ax, (min(0.45 * cols, 9) + 3.5, min(0.45 * rows, 8) + 1.5))
+    ax.imshow(values.astype(int), cmap=ListedColormap([colors[1], colors[0]]), vmin=0, vmax=1,
+              aspect="auto", interpolation="nearest")
+    if col_labels is not None:
+        ax.set_xticks(range(cols), col_labels, rotation=60, ha="right")
+    if row_labels is not None:
+        ax.set_yticks(range(rows), row_labels)
+    if max(rows, cols) <= 40:  # cell borders, so that white cells stay visible
+        ax.set_xticks(np.arange(cols + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(rows + 1) - 0.5, minor=True)
+        ax.grid(which="minor", color="0.75", linewidth=0.5)
+        ax.tick_params(which="minor", length=0)
+    handles = [Patch(facecolor=c, edgecolor="0.5", label=label)
+               for c, label in zip(colors, (true_label, false_label))]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+              frameon=False)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     return ax
 
@@ -326,4 +376,72 @@ def attention_over_source(source: Sequence[str], weights, target_word: str | Non
         state = h
     ax.text(centre, -2.1, r"on the lines: $\alpha^t_i$, the softmax over $i$ of "
             r"score$(s_t, h_i)$", ha="center", va="center", color="tab:blue")
+    return ax
+
+
+def transformer_lm(model, ax=None):
+    """The whole ``seqlab.transformer.TransformerLM``, bottom to top, with ``model``'s own sizes.
+
+    Tokens -> token embedding + position vectors -> dropout -> N blocks (causal multi-head
+    self-attention, then the feed-forward network, each inside a residual connection with its
+    LayerNorm before the sublayer (pre-LN) or after the sum (post-LN), as the model was built)
+    -> final LayerNorm (pre-LN only) -> linear layer to the vocabulary -> softmax. Grey arrows:
+    the residual paths that skip each sublayer.
+    """
+    from .transformer import TransformerLM  # viz stays importable without the models
+
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a seqlab.transformer.TransformerLM, got "
+                        f"{type(model).__name__}")
+    block = model.layers[0]
+    attn, ffn = block.self_attn, block.ffn
+    vocab, d = model.out.out_features, attn.d_model
+    dropout, pre = block.attn_block.drop.p, model.norm == "pre"
+    kind = model.embed.positions.kind
+    width, dy = 7.0, 1.0
+    sublayers = (f"causal multi-head self-attention: h = {attn.n_heads} heads, "
+                 f"$d_k$ = {attn.d_k},\nthen dropout p = {dropout:g}",
+                 f"feed-forward network {d} → {ffn.linear1.out_features} → {d} (ReLU), "
+                 f"at each position,\nthen dropout p = {dropout:g}")
+    rows = [("tokens $w_1 \\dots w_T$", _INPUT),
+            (f"token embedding $E[w_t]$ ({vocab} × {d}) + {kind} position vector $PE[t]$,"
+             f"\nthen dropout p = {dropout:g}", "white")]
+    for sub in sublayers:  # one block; the frame says how many there are
+        rows += [("LayerNorm", "white"), (sub, "lavender"), ("+", "white")] if pre else \
+            [(sub, "lavender"), ("+", "white"), ("LayerNorm", "white")]
+    rows += [("final LayerNorm", "white")] if pre else []
+    rows += [(f"linear layer {d} → {vocab}: a score per word", "white"),
+             ("softmax: $P(w_{t+1} \\mid w_1 \\dots w_t)$ at every position $t$", _INPUT)]
+    top = dy * (len(rows) - 1)
+    ax = _canvas(ax, (-width / 2 - 1.6, width / 2 + 1.6), (-0.6, top + 1.0),
+                 f"TransformerLM: {len(model.layers)} {'pre' if pre else 'post'}-LN blocks, "
+                 f"d = {d}")
+    boxes = []
+    for i, (label, fill) in enumerate(rows):
+        small = label in ("+", "LayerNorm")
+        boxes.append(_box(ax, (0, dy * i), label, fc=fill, width=0.6 if label == "+" else
+                          (1.8 if small else width), height=0.42 if small else 0.6,
+                          fontsize=8 if "\n" in label else 9))
+        if i:
+            _arrow(ax, boxes[i - 1], boxes[i])
+    first, last = 2, 8  # rows 2..7 hold the block that repeats
+    frame = FancyBboxPatch((-width / 2 - 0.9, dy * first - 0.4), width + 1.8,
+                           dy * (last - first - 1) + 0.8, boxstyle="round,pad=0.05", fc="none",
+                           ec="tab:blue", ls="--", zorder=0)
+    ax.add_patch(frame)
+    ax.text(width / 2 + 1.0, dy * (first + last - 1) / 2, f"× {len(model.layers)}",
+            ha="left", va="center", color="tab:blue", fontsize=12)
+    x_skip = -width / 2 - 0.45
+    for add in [i for i, (label, _) in enumerate(rows) if label == "+"]:
+        # the residual path leaves below the sublayer (pre-LN: below its LayerNorm too)
+        start = add - 3 if pre else add - 2
+        branch = dy * start + dy / 2
+        ax.plot([0, x_skip, x_skip], [branch, branch, dy * add], color="0.55", lw=1.2,
+                zorder=1)
+        ax.plot([0], [branch], "o", color="0.55", ms=3, zorder=3)
+        ax.add_patch(FancyArrowPatch((x_skip, dy * add), _centre(boxes[add]),
+                                     patchB=boxes[add], arrowstyle="-|>", mutation_scale=12,
+                                     color="0.55", lw=1.2, zorder=1))
+        ax.text(x_skip - 0.1, (branch + dy * add) / 2, "residual", ha="right", va="center",
+                color="0.45", fontsize=8, rotation=90)
     return ax
