@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data.batching import pad_batch
-from .data.vocab import CLS, MASK, PAD, SEP, SPECIALS, Vocab
+from .data.vocab import CLS, MASK, PAD, PAD_ID, SEP, SPECIALS, Vocab
 from .losses import TokenLoss, token_cross_entropy
 from .tensors import evaluating
 from .transformer import EncoderLayer, padding_key_mask
@@ -141,7 +141,7 @@ def nsp_pairs(documents: Sequence[Sequence[Sequence[int]]], seed: int = 0
     return out
 
 
-def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = 0
+def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = PAD_ID
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad packed (ids, segments) to (ids [B, T], segments [B, T])."""
     width = max(len(ids) for ids, _ in packed)
@@ -166,7 +166,7 @@ class BertModel(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 128, n_heads: int = 4,
                  n_layers: int = 2, max_len: int = 128, dropout: float = 0.1,
-                 norm: str = "pre", pad_id: int = 0):
+                 norm: str = "pre", pad_id: int = PAD_ID):
         super().__init__()
         self.pad_id = pad_id
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)

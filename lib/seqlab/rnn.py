@@ -18,7 +18,7 @@ from torch import nn
 
 from . import decoding
 from .data import pad_batch
-from .data.vocab import BOS_ID, EOS_ID
+from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
 from .tensors import evaluating
 from .validate import integer
@@ -351,7 +351,7 @@ class RNNLanguageModel(nn.Module):
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
                  num_layers: int = 1, cell: str = "lstm", dropout: float = 0.0,
-                 pad_id: int = 0, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         super().__init__()
         if cell not in _TORCH_RNNS:
             raise ValueError(f"cell must be one of {sorted(_TORCH_RNNS)}, got {cell!r}")
@@ -382,7 +382,7 @@ class RNNLanguageModel(nn.Module):
     select = staticmethod(decoding.select_state)
 
 
-def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = 0):
+def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = PAD_ID):
     """(inputs [B, T], targets [B, T]) with teacher forcing: inputs <bos> w1..wn, targets
     w1..wn <eos>; padding in the targets is ``pad_id`` and is ignored by ``rnn_lm_loss``."""
     inputs, _ = pad_batch([[bos_id, *s] for s in sentences_ids], pad_id)

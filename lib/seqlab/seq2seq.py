@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from . import decoding
 from .attention import make_score, masked_softmax
 from .data import pad_batch
+from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
 from .rnn import batch_first_state, layer_first_state
 from .tensors import evaluating
@@ -43,7 +44,7 @@ class Encoder(nn.Module):
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
                  num_layers: int = 1, cell: str = "gru", bidirectional: bool = False,
-                 dropout: float = 0.0, pad_id: int = 0):
+                 dropout: float = 0.0, pad_id: int = PAD_ID):
         super().__init__()
         self.cell, self.num_layers = cell, num_layers
         self.dirs = 2 if bidirectional else 1
@@ -83,7 +84,7 @@ class Decoder(nn.Module):
     uses_attention = False
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
-                 cell: str = "gru", pad_id: int = 0):
+                 cell: str = "gru", pad_id: int = PAD_ID):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = _rnn(cell, embed_dim, hidden_dim)
@@ -110,7 +111,7 @@ class AttentionDecoder(Decoder):
 
     def __init__(self, vocab_size: int, enc_dim: int, embed_dim: int = 64,
                  hidden_dim: int = 128, cell: str = "gru", score: str = "additive",
-                 pad_id: int = 0):
+                 pad_id: int = PAD_ID):
         super().__init__(vocab_size, embed_dim, hidden_dim, cell, pad_id)
         self.score = make_score(score, hidden_dim, enc_dim)  # a Module registers itself
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim)
@@ -140,8 +141,8 @@ class AttentionDecoder(Decoder):
 class Seq2Seq(nn.Module):
     """Encoder + decoder, trained with teacher forcing; decoded by ``seqlab.decoding``."""
 
-    def __init__(self, encoder: Encoder, decoder: Decoder, bos_id: int, eos_id: int,
-                 pad_id: int = 0):
+    def __init__(self, encoder: Encoder, decoder: Decoder, bos_id: int = BOS_ID,
+                 eos_id: int = EOS_ID, pad_id: int = PAD_ID):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
@@ -198,7 +199,7 @@ class Seq2Seq(nn.Module):
         return ids, weights
 
 
-def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = 0):
+def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = PAD_ID):
     """(src [B, S], src_lengths [B], tgt_in [B, T], tgt_out [B, T]) from (source ids, target
     ids) pairs: tgt_in = <bos> y_1..y_n, tgt_out = y_1..y_n <eos> (teacher forcing)."""
     src, src_lengths = pad_batch([s for s, _ in pairs_ids], pad_id)
@@ -252,7 +253,7 @@ def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
 
 
 def curriculum_batches(pairs_ids, batch_size: int, steps: int, start_len: int, end_len: int,
-                       bos_id: int, eos_id: int, pad_id: int = 0, warmup: float = 0.3,
+                       bos_id: int, eos_id: int, pad_id: int = PAD_ID, warmup: float = 0.3,
                        seed: int = 0):
     """``steps`` batches of same-length sources (no padding), the allowed source length rising
     linearly from ``start_len`` to ``end_len`` over the first ``warmup`` fraction of training.
@@ -296,7 +297,7 @@ def translate(model, sentences: list[str], src_vocab, tgt_vocab, max_len: int = 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, bos_id: int, eos_id: int,
                 attention: bool, score: str = "additive", embed_dim: int = 64,
-                hidden_dim: int = 128, cell: str = "gru", pad_id: int = 0) -> Seq2Seq:
+                hidden_dim: int = 128, cell: str = "gru", pad_id: int = PAD_ID) -> Seq2Seq:
     """The encoder-decoder of lectures 03 and 04, with or without attention."""
     encoder = Encoder(src_vocab_size, embed_dim, hidden_dim, cell=cell, pad_id=pad_id)
     decoder = (AttentionDecoder(tgt_vocab_size, encoder.output_dim, embed_dim, hidden_dim, cell,

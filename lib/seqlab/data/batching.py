@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import torch
 
 from ..validate import integer
+from .vocab import PAD_ID
 
 
 def pad_batch(
-    sequences: Sequence[Sequence[int]], pad_id: int = 0
+    sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists to one LongTensor ``[B, T_max]``; also return lengths ``[B]``."""
     if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
