@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from seqlab import seed_everything, seq2seq
+from seqlab import metrics, seed_everything, seq2seq
 from seqlab.bleu import corpus_bleu
 from seqlab.data import Vocab
 from seqlab.data.toy import ToyTranslation
@@ -52,7 +52,7 @@ def main():
         outputs = seq2seq.translate(model, [p.source for p in test], src_vocab, tgt_vocab)
         refs = [p.references for p in test]
         overall = corpus_bleu(outputs, refs).score
-        curve = seq2seq.bleu_by_length([p.source for p in test], outputs, refs, BUCKETS)
+        curve = metrics.bleu_by_length([p.source for p in test], outputs, refs, BUCKETS)
         drop = curve["3-10"] - curve["31-45"]
         name = f"with {args.score} attention" if attention else "without attention"
         print(f"{name}: {done} steps in {seconds:.0f} s, held-out BLEU {overall:.1f}, by length "

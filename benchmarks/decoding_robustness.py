@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from notebook_sweep import print_held, run_notebook, sweep
+from notebook_sweep import one_run, print_held, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "06_decoding.ipynb"
@@ -265,7 +265,7 @@ def lecture06(seed: int) -> dict[str, float]:
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        return margins(run_notebook(NOTEBOOK, seed, torch.get_num_threads(), Path(tmp)))
+        return margins(one_run(NOTEBOOK, seed, torch.get_num_threads(), Path(tmp)))
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import operator
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -29,25 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class Check:
-    """An assertion of the notebook: ``numbers[key] <op> threshold``."""
-
-    key: str
-    op: str  # "<", "<=", ">", ">="
-    threshold: float
-
-    def holds(self, value: float) -> bool:
-        ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-        return ops[self.op](value, self.threshold)
-
-    def worst(self, values: list[float]) -> float:
-        """The value closest to failing: the largest for an upper bound, the smallest else."""
-        return max(values) if self.op in ("<", "<=") else min(values)
-
-    def __str__(self) -> str:
-        return f"{self.key} {self.op} {self.threshold:g}"
+from seqlab.experiments import LENGTH_CHECKS, Check
 
 
 @dataclass(frozen=True)
@@ -61,27 +42,19 @@ class Experiment:
 def attention_by_length(seed: int, steps_scale: float = 1.0) -> dict[str, float]:
     """Lecture 04's FAST-mode experiment: BLEU per source-length bucket with and without
     attention, and the drop from the shortest to the longest bucket."""
-    from seqlab import seq2seq
+    from seqlab import experiments
 
-    setup = dict(seq2seq.LENGTH_SETUPS["fast"])
+    setup = dict(experiments.LENGTH_SETUPS["fast"])
     setup["steps"] = max(1, round(setup["steps"] * steps_scale))
-    result = seq2seq.length_experiment(**setup, seed=seed, device=torch.device("cpu"),
-                                       progress=False)
-    numbers = {}
-    for attention, name in ((True, "with"), (False, "without")):
-        for bucket, bleu in result.curves[attention].items():
-            numbers[f"{name} {bucket}"] = bleu
-        numbers[f"drop {name}"] = result.drops[attention]
-    numbers["kept without"] = result.curves[False]["31-45"] / result.curves[False]["3-10"]
-    numbers["gap at 31-45"] = result.curves[True]["31-45"] - result.curves[False]["31-45"]
-    return numbers
+    result = experiments.length_experiment(**setup, seed=seed, device=torch.device("cpu"),
+                                           progress=False)
+    return experiments.length_numbers(result)
 
 
 EXPERIMENTS = {
     "04_attention": Experiment(
         run=attention_by_length,
-        checks=(Check("drop with", "<", 10.0), Check("kept without", "<", 0.5),
-                Check("gap at 31-45", ">", 50.0)),
+        checks=LENGTH_CHECKS,  # the very checks lecture 04 asserts
         about="BLEU by source length (Bahdanau et al. 2015, Fig. 2): with attention it stays "
               "flat, without it the longest keep less than half the shortest's BLEU"),
 }

@@ -1,45 +1,36 @@
 """Run one lecture notebook over seeds and torch thread counts (shared by the *_robustness.py
 scripts that check a whole notebook's conclusions).
 
-Each run executes the notebook in FAST mode in a fresh process, with ``SEED = s`` added to its
-parameters cell and ``torch.set_num_threads(n)`` after it. Every cell runs even after a failed
-assertion, so one run reports every conclusion that did not hold (cell and line). Idle OpenMP
-threads sleep (``OMP_WAIT_POLICY=PASSIVE``): on a shared machine spinning threads make
-multi-threaded runs crawl; the arithmetic, and so every number, stays the same.
+Each run executes the notebook in FAST mode in a fresh process through the course's own runner
+(``seqlab.course.run_notebook``), with ``SEED = s`` added to its parameters cell and
+``OMP_NUM_THREADS=n`` in the kernel's environment (torch's thread count). Every cell runs even
+after a failed assertion, so one run reports every conclusion that did not hold (cell and line).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-def run_notebook(notebook: Path, seed: int, threads: int, out: Path) -> dict:
-    """Execute ``notebook`` once in this process; return its records and what failed."""
+def one_run(notebook: Path, seed: int, threads: int, out: Path) -> dict:
+    """Execute ``notebook`` once with ``seqlab.course.run_notebook``; return its records and
+    what failed."""
     import nbformat
-    from nbclient import NotebookClient
 
-    nb = nbformat.read(notebook, as_version=4)
-    params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells[params].source += f"\nSEED = {seed}"
-    nb.cells.insert(params + 1, nbformat.v4.new_code_cell(
-        f"import torch\ntorch.set_num_threads({threads})"))
-    os.environ.update(SEQLAB_FAST="1", SEQLAB_NOTEBOOK=notebook.stem, SEQLAB_RESULTS=str(out),
-                      OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    start = time.perf_counter()
-    NotebookClient(nb, timeout=3600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    from seqlab.course import run_notebook
+
+    seconds = run_notebook(notebook, out, timeout=3600, parameters=f"SEED = {seed}",
+                           env={"OMP_NUM_THREADS": str(threads)}, allow_errors=True)
     failures = []
-    for index, cell in enumerate(nb.cells):
+    for index, cell in enumerate(nbformat.read(out / notebook.name, as_version=4).cells):
         for output in cell.get("outputs", []):
             if output.output_type == "error":
                 lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
@@ -47,8 +38,8 @@ def run_notebook(notebook: Path, seed: int, threads: int, out: Path) -> dict:
                           if t.lstrip().startswith("--->")]
                 failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel, once it has exited
-    records = out / f"{notebook.stem}.json"
-    return {"seed": seed, "threads": threads, "seconds": time.perf_counter() - start,
+    records = out / "results" / f"{notebook.stem}.json"
+    return {"seed": seed, "threads": threads, "seconds": seconds,
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
             "error": " | ".join(failures)[:600] or None,
             "records": json.loads(records.read_text()) if records.exists() else {}}
@@ -69,7 +60,7 @@ def sweep(script: str, notebook: Path, argv=None, description: str = "") -> list
     args = parser.parse_args(argv)
     if args.one:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run_notebook(args.notebook.resolve(), *args.one, Path(tmp))))
+            print(json.dumps(one_run(args.notebook.resolve(), *args.one, Path(tmp))))
         return None
 
     def spawn(job):

@@ -31,12 +31,12 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seqlab import get_device, seed_everything
 from seqlab.attention import causal_mask
 from seqlab.data.vocab import PAD_ID
+from seqlab.losses import token_cross_entropy
 from seqlab.transformer import (
     EncoderLayer,
     MultiHeadAttention,
@@ -293,7 +293,7 @@ class TorchLM(nn.Module):
 
 def torch_lm_loss(model, batch):
     inputs, targets = batch
-    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)
+    return token_cross_entropy(model(inputs), targets, PAD_ID)
 
 
 def bench_lm(args, norm, device):
@@ -326,7 +326,7 @@ def bench_lm(args, norm, device):
         start = time.perf_counter()
         for batch in chunk:
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model, batch)
+            loss, _ = loss_fn(model, batch)
             loss.backward()
             optimizer.step()
             losses.append(loss.detach())

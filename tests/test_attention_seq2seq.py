@@ -17,14 +17,13 @@ from seqlab.attention import (
 )
 from seqlab.data import Vocab
 from seqlab.data.toy import ToyTranslation
+from seqlab.experiments import LENGTH_BUCKETS, LENGTH_CHECKS, failed_checks, length_experiment
 from seqlab.seq2seq import (
-    LENGTH_BUCKETS,
     AttentionDecoder,
     Decoder,
     Encoder,
     Seq2Seq,
     curriculum_batches,
-    length_experiment,
     seq2seq_batch,
     seq2seq_loss,
     translate,
@@ -128,7 +127,7 @@ def test_padding_does_not_change_results(attention, cell, bidirectional):
         b = model(*padded[:3])[0, : a.shape[0]]
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # the loss ignores padded target positions: mean over the 3 real tokens of sentence 1
-    loss_alone = seq2seq_loss(model, alone).item()
+    loss_alone = seq2seq_loss(model, alone).mean.item()
     assert loss_alone == pytest.approx(
         F.cross_entropy(a, alone[3][0], reduction="mean").item(), rel=1e-5)
 
@@ -197,6 +196,24 @@ def test_length_experiment_trains_both_models_on_the_same_steps():
     assert [result.models[a].decoder.uses_attention for a in (True, False)] == [True, False]
     with pytest.raises(ValueError, match="steps must be an int >= 1, got 0"):
         length_experiment(steps=0, embed_dim=8, hidden_dim=16, n_test=20)
+
+
+def test_lecture_checks_report_what_failed():
+    numbers = {"drop with": 3.0, "kept without": 0.7, "gap at 31-45": 60.0}
+    assert failed_checks(LENGTH_CHECKS, numbers) == ["kept without < 0.5 (got 0.7)"]
+    assert LENGTH_CHECKS[0].worst([1.0, 9.5]) == 9.5 and LENGTH_CHECKS[2].worst([55, 70]) == 55
+
+
+@pytest.mark.parametrize("name,where", [("length_experiment", "experiments"),
+                                        ("LENGTH_SETUPS", "experiments"),
+                                        ("bleu_by_length", "metrics")])
+def test_moved_names_still_import_from_seq2seq_with_a_warning(name, where):
+    import importlib
+
+    from seqlab import seq2seq
+
+    with pytest.warns(DeprecationWarning, match=f"seqlab.{where}.{name}"):
+        assert getattr(seq2seq, name) is getattr(importlib.import_module(f"seqlab.{where}"), name)
 
 
 def test_one_mistake_changes_one_gold_word_into_the_models_own_guess():

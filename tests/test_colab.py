@@ -7,28 +7,30 @@ import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-from seqlab.course import ROOT, apply_colab, colab_address, colab_notebooks, main
+from seqlab.course import apply_colab, colab_address, lecture_notebooks, main
+
+ROOT = Path(__file__).resolve().parents[1]
+LECTURES = lecture_notebooks(ROOT / "notebooks")
 
 # Present wherever a notebook runs (Jupyter, Colab); not something the package must install.
 NOTEBOOK_RUNTIME = {"IPython", "google", "ipykernel"}
 
 
 def test_every_notebook_points_at_the_one_address():
-    repo, branch = colab_address()
-    assert apply_colab(colab_notebooks(), repo, branch, check=True) == [], (
+    repo, branch = colab_address(ROOT / "pyproject.toml")
+    assert apply_colab(LECTURES, repo, branch, check=True, root=ROOT) == [], (
         "run `python -m seqlab.course colab` to rewrite the notebooks from pyproject.toml")
 
 
 def test_a_fork_changes_the_address_in_one_command(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    monkeypatch.setattr("seqlab.course.ROOT", tmp_path)
-    monkeypatch.setattr("seqlab.course.NOTEBOOKS", tmp_path / "notebooks")
-    monkeypatch.setattr("seqlab.course.PYPROJECT", tmp_path / "pyproject.toml")
+    monkeypatch.chdir(tmp_path)  # the course's root is the working directory
     assert main(["colab", "--repo", "https://github.com/someone/fork", "--branch", "t2"]) == 0
     assert main(["colab", "--check"]) == 0
     assert 'repository = "https://github.com/someone/fork"' in \
@@ -68,7 +70,7 @@ def _runtime_closure(dist: str = "seqlab") -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("path", colab_notebooks(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
 def test_lecture_imports_are_runtime_dependencies(path):
     nb = json.loads(path.read_text())
     imported = set().union(*(_imports("".join(c["source"])) for c in nb["cells"]

@@ -47,6 +47,24 @@ def test_select_repeats_rows_of_an_lstm_state():
     assert extra["cache"][0].tolist() == [1, 1, 0] and extra["cache"][1] == "tag"
 
 
+def test_one_tree_walk_moves_batches_and_selects_states():
+    """``to_device`` and ``select_state`` are the same walk (``tensors.map_tensors``), so a
+    batch or a state of any nesting (a namedtuple too) is handled alike by both."""
+    from collections import namedtuple
+
+    from seqlab.tensors import map_tensors
+    from seqlab.train import to_device
+
+    Pair = namedtuple("Pair", "keys values")
+    tree = {"cache": [Pair(torch.arange(3), torch.arange(3) * 10)], "step": 4, "name": "x"}
+    picked = decoding.select_state(tree, torch.tensor([2, 0]))
+    assert isinstance(picked["cache"][0], Pair)
+    assert picked["cache"][0].values.tolist() == [20, 0] and picked["step"] == 4
+    moved = to_device(tree, torch.device("cpu"))
+    assert moved["cache"][0].keys.tolist() == [0, 1, 2] and moved["name"] == "x"
+    assert map_tensors(lambda t: t + 1, (torch.zeros(1), [torch.ones(1)]))[1][0].item() == 2
+
+
 @pytest.mark.parametrize("attention,cell,score", [(False, "gru", "dot"),
                                                   (True, "lstm", "additive"),
                                                   (True, "gru", "bilinear")])

@@ -270,7 +270,9 @@ def test_tagger_loss_is_the_mean_over_tagged_words_only():
     assert logits.shape == (2, 5, 3)
     picked = torch.cat([logits[0, 1:4], logits[1, 1:2]])
     expected = torch.nn.functional.cross_entropy(picked, torch.tensor([0, 1, 2, 1]))
-    torch.testing.assert_close(tagger_loss(tagger, batch), expected)
+    loss, count = tagger_loss(tagger, batch)
+    torch.testing.assert_close(loss, expected)
+    assert count == 4
 
 
 def test_a_tagger_learns_a_tag_that_depends_on_the_context():

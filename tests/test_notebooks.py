@@ -7,9 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from seqlab.course import NOTEBOOKS, run_notebook
+from seqlab.course import run_notebook
 
-PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+PATHS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():

@@ -14,11 +14,11 @@ import tomllib
 from helpers import fresh_venv
 
 from autograder.authoring.course import COURSE, assignments, source_notebook
-from autograder.authoring.publish import EditionLeak, edition_leaks, publish, trivial
+from autograder.authoring.publish import ROOT, EditionLeak, edition_leaks, publish, trivial
 from autograder.authoring.release import ReleaseLeak, leaks, regions
 from autograder.intake.normalize import plan, read_notebook
 from autograder.isolation.runner import skip_shell
-from seqlab.course import ROOT, colab_header
+from seqlab.course import colab_header
 
 REPO, BRANCH = "https://github.com/acme/nlp-students", "fall26"
 NAMES = assignments()

@@ -197,9 +197,9 @@ def test_rnn_lm_batch_loss_ignores_padding():
     assert targets.tolist() == [[5, 6, 7, 3], [8, 3, 0, 0]]
     torch.manual_seed(0)
     model = RNNLanguageModel(10, 8, 16, cell="gru")
-    loss = rnn_lm_loss(model, (inputs, targets))
+    loss, count = rnn_lm_loss(model, (inputs, targets))
     lps = rnn_lm_logprobs(model, inputs, targets)
-    assert lps.shape == (6,)
+    assert lps.shape == (6,) and count == 6
     assert loss.item() == pytest.approx(-lps.mean().item(), rel=1e-5)
     with pytest.raises(ValueError, match="cell must be"):
         RNNLanguageModel(10, cell="transformer")

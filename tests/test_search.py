@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from seqlab import decoding, seed_everything
+from seqlab import decoding, metrics, seed_everything
 from seqlab.lm import NGramLM
 from seqlab.seq2seq import build_model
 from seqlab.transformer import TransformerSeq2Seq
@@ -190,11 +190,21 @@ def test_contrastive_decoding_prefers_what_the_amateur_does_not_expect():
 
 
 def test_degeneration_statistics():
-    assert decoding.repetition_rate([[1, 2, 1, 2, 1, 2]], n=2) == pytest.approx(1 - 2 / 5)
-    assert decoding.repetition_rate([[1, 2, 3, 4]], n=2) == 0.0
-    assert decoding.distinct_n([[1, 2, 3], [1, 2, 4]], n=2) == pytest.approx(3 / 4)
+    assert metrics.repetition_rate([[1, 2, 1, 2, 1, 2]], n=2) == pytest.approx(1 - 2 / 5)
+    assert metrics.repetition_rate([[1, 2, 3, 4]], n=2) == 0.0
+    assert metrics.distinct_n([[1, 2, 3], [1, 2, 4]], n=2) == pytest.approx(3 / 4)
     with pytest.raises(ValueError, match="no sequence"):
-        decoding.distinct_n([[1]], n=2)
+        metrics.distinct_n([[1]], n=2)
+    with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
+        metrics.repetition_rate([[1, 2]], n=0)
+
+
+@pytest.mark.parametrize("name", ["repetition_rate", "distinct_n", "overlap_f1"])
+def test_scores_moved_to_metrics_keep_their_old_name_with_a_warning(name):
+    with pytest.warns(DeprecationWarning, match=f"seqlab.metrics.{name}"):
+        assert getattr(decoding, name) is getattr(metrics, name)
+    with pytest.raises(AttributeError):
+        decoding.no_such_name  # noqa: B018
 
 
 def test_search_arguments_are_checked():
@@ -510,7 +520,7 @@ def test_mbr_against_brute_force_where_expected_utility_is_exact():
 
 
 def test_overlap_f1_by_hand_and_against_a_list_count():
-    f = decoding.overlap_f1
+    f = metrics.overlap_f1
     assert f([3, 4, 5], [3, 4, 5]) == 1.0 and f([], []) == 1.0
     assert f([3], [4]) == 0.0 and f([], [3]) == 0.0  # no bigram anywhere: unigrams alone
     # [a b a] vs [a a]: 2 clipped unigrams of 3 + 2 -> 0.8; bigrams ab, ba vs aa: 0 of 2 + 1

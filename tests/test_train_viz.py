@@ -1,3 +1,4 @@
+import functools
 import math
 
 import matplotlib.pyplot as plt
@@ -5,7 +6,8 @@ import pytest
 import torch
 
 from seqlab import seed_everything
-from seqlab.train import fit, load_checkpoint, save_checkpoint
+from seqlab.losses import TokenLoss, token_cross_entropy
+from seqlab.train import evaluate, fit, load_checkpoint, save_checkpoint
 from seqlab.viz import bar_distribution, heatmap, plot_history
 
 
@@ -18,7 +20,7 @@ def _data(n=256, seed=0):
 
 def _loss(model, batch):
     x, y = batch
-    return torch.nn.functional.cross_entropy(model(x), y)
+    return token_cross_entropy(model(x), y)
 
 
 def _run(epochs=5, **kw):
@@ -47,8 +49,6 @@ def test_early_stopping_restores_the_best_weights():
     flipped = [(x, 1 - y) for x, y in _data(seed=1)]
     model, _, h = _run(epochs=20, valid_data=flipped, patience=2)
     assert h.stopped_early and len(h.valid_loss) == h.best_epoch + 3
-    from seqlab.train import evaluate
-
     assert evaluate(model, flipped, _loss) == pytest.approx(min(h.valid_loss), rel=1e-6)
 
 
@@ -71,7 +71,8 @@ def test_bad_arguments_and_diverging_loss():
     with pytest.raises(ValueError, match="patience"):
         fit(model, opt, _data(), _loss, patience=2)
     with pytest.raises(FloatingPointError, match="learning rate"):
-        fit(model, opt, _data(), lambda m, b: _loss(m, b) * float("nan"), progress=False)
+        fit(model, opt, _data(), lambda m, b: TokenLoss(_loss(m, b).mean * float("nan"), 32),
+            progress=False)
 
 
 def test_plots_are_labelled():
@@ -132,24 +133,61 @@ def test_fit_runs_schedules_hooks_and_evaluates_every_n_steps():
         fit(model, opt, _data(), _loss, eval_every=5, progress=False)
 
 
-def test_evaluate_weights_token_means_by_tokens():
-    from seqlab.train import evaluate, token_mean
+def _tiny_seq2seq():
+    from seqlab.seq2seq import build_model, seq2seq_batch
 
-    model = torch.nn.Embedding(5, 5)
+    seed_everything(0)
+    model = build_model(8, 9, bos_id=1, eos_id=2, attention=True, embed_dim=8, hidden_dim=8)
+    long = seq2seq_batch([([4, 5, 6, 7], [4, 5, 6, 7, 8, 3]), ([5, 6, 7, 4], [5, 6, 7, 8, 4, 3])],
+                         1, 2)
+    short = seq2seq_batch([([4], [5]), ([6, 7], [4, 3, 8])], 1, 2)  # padded targets
+    return model, [long, short]
 
-    @token_mean
-    def lm_loss(model, batch):
-        inputs, targets = batch
-        return torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(),
-                                                 ignore_index=0)
 
-    long = (torch.tensor([[1, 2, 3, 4]]), torch.tensor([[2, 3, 4, 1]]))
-    short = (torch.tensor([[1, 2]]), torch.tensor([[2, 0]]))  # one real token, one padding
-    nll = [lm_loss(model, b).item() for b in (long, short)]
-    expected = (4 * nll[0] + 1 * nll[1]) / 5  # per token, not (nll[0] + nll[1]) / 2
-    assert evaluate(model, [long, short], lm_loss) == pytest.approx(expected, rel=1e-6)
-    assert evaluate(model, [long, short], lambda m, b: lm_loss(m, b)) == \
-        pytest.approx(sum(nll) / 2, rel=1e-6)
+def test_evaluate_of_a_partial_is_the_token_mean_by_hand():
+    """Lecture 03's scheduled sampling passes a partial of the loss to fit: the loss per target
+    token over all batches, not a mean of batch means (the short batch has 6 targets, the long
+    one 14)."""
+    from seqlab.seq2seq import seq2seq_loss
+
+    model, batches = _tiny_seq2seq()
+    partial = functools.partial(seq2seq_loss, teacher_forcing=1.0)
+    nll, tokens = [], 0
+    with torch.no_grad():
+        for src, lengths, tgt_in, tgt_out in batches:
+            logp = model(src, lengths, tgt_in).log_softmax(-1)
+            real = tgt_out != model.pad_id
+            nll.append(-logp.gather(2, tgt_out[..., None])[..., 0][real].sum().item())
+            tokens += int(real.sum())
+    assert tokens == 20
+    by_hand = sum(nll) / tokens
+    assert evaluate(model, batches, partial) == pytest.approx(by_hand, rel=1e-6)
+    assert evaluate(model, batches, lambda m, b: seq2seq_loss(m, b)) == \
+        pytest.approx(by_hand, rel=1e-6)
+    assert by_hand != pytest.approx(sum(n / t for n, t in zip(nll, (14, 6))) / 2, rel=1e-3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # fit evaluates the partial alike
+    history = fit(model, optimizer, batches, partial, valid_data=batches, progress=False,
+                  device=torch.device("cpu"))
+    assert history.valid_loss == [pytest.approx(by_hand, rel=1e-6)]
+
+
+def test_a_loss_that_returns_a_bare_mean_fails_loudly():
+    model, batches = _tiny_seq2seq()
+
+    def bare_mean(model, batch):
+        return TokenLoss(*token_cross_entropy(model(*batch[:3]), batch[3], 0)).mean
+
+    with pytest.raises(TypeError, match="loss_fn bare_mean must return .mean loss as a 0-dim "
+                                        "tensor, number of targets"):
+        evaluate(model, batches, bare_mean)
+    with pytest.raises(TypeError, match="got Tensor"):
+        fit(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, bare_mean,
+            progress=False, device=torch.device("cpu"))
+
+
+def test_token_cross_entropy_checks_shapes():
+    with pytest.raises(ValueError, match=r"logits \(2, 3, 5\) and targets \(2, 4\)"):
+        token_cross_entropy(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
 
 
 def test_progress_is_plain_text_in_headless_runs(monkeypatch):

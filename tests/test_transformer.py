@@ -212,7 +212,8 @@ def test_cached_decoding_equals_recomputation_for_seq2seq(norm):
     batch = seq2seq_batch([(s[:n].tolist(), t) for s, n, t in zip(src, lengths, targets)],
                           model.bos_id, model.eos_id)
     with torch.no_grad():
-        loss = seq2seq_loss(model, batch)  # the RNN loss serves the Transformer too
+        loss, count = seq2seq_loss(model, batch)  # the RNN loss serves the Transformer too
+    assert count == 6
     got = decoding.sequence_logprob(model, src, lengths, targets=targets)
     assert -got.sum().item() / 6 == pytest.approx(loss.item(), rel=1e-5)
 

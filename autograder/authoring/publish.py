@@ -250,9 +250,9 @@ branch = {json.dumps(branch)}
 
 def readme(build: Path, repo: str, branch: str) -> str:
     """The students' README: run locally or on Colab, solve, submit."""
-    from seqlab.course import _github_path
+    from seqlab.course import github_repository
 
-    owner_name = _github_path(repo)
+    owner_name = github_repository(repo)
     folder = owner_name.split("/")[1]
 
     def colab(relative: str) -> str:
@@ -394,11 +394,11 @@ def publish(out: Path, repo: str | None = None, branch: str | None = None,
     Raises ``EditionLeak`` (and writes nothing) if any file would hold solution or hidden-test
     text, ``ValueError`` for a bad address or an ``out`` it must not replace.
     """
-    from seqlab.course import _github_path, colab_address
+    from seqlab.course import colab_address, github_repository
 
     saved_repo, saved_branch = colab_address(root / "pyproject.toml")
     repo, branch = (repo or saved_repo).rstrip("/"), branch or saved_branch
-    _github_path(repo)
+    github_repository(repo)
     if not re.fullmatch(r"[\w./-]+", branch):
         raise ValueError(f"branch must be a plain branch name, got {branch!r}")
     out = Path(out).resolve()

@@ -2,6 +2,18 @@
 
 Every lecture notebook imports from here and shows the source of what it teaches
 (``seqlab.show_source``), so there is one implementation, tested once.
+
+- One module per topic: ``lm`` (01), ``rnn`` (02), ``seq2seq`` (03), ``attention`` (04),
+  ``transformer`` (05), ``decoding`` (06: searches and samplers on one protocol), ``bleu`` (07),
+  ``mlm`` (08).
+- Shared by the topics: ``data`` (toy worlds, corpora, ``Vocab``, which owns the special ids),
+  ``losses`` (what a loss returns: its mean and its count of targets), ``train`` (the one
+  training loop), ``metrics`` (scores of generated text beside BLEU), ``tensors`` (one walk over
+  nested tensors, eval mode), ``validate`` (argument checks, one message format), ``device``,
+  ``seeding``, ``results``, ``viz``.
+- Above them: ``experiments`` (what a lecture and its robustness script both run, with the
+  lecture's thresholds) and ``course`` (runs the lectures headless, given their folder; points
+  them at Colab). Model modules never import these, the training loop or the metrics.
 """
 
 from .device import autocast, fast_mode, get_device

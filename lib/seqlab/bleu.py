@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .validate import integer
+
 SMOOTHINGS = {"none": None, "floor": 0.1, "add-k": 1.0, "exp": None}  # default smooth_value
 TOKENIZERS = ("13a", "none")
 
@@ -55,8 +57,7 @@ def bleu_tokens(text: str, method: str = "13a", lowercase: bool = False) -> list
 
 def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
     """The n-grams of ``tokens`` in order: ngrams(["a", "b", "c"], 2) -> [("a","b"), ("b","c")]."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    integer("n", n, 1)
     if isinstance(tokens, str):
         raise TypeError("tokens must be a list of str, got a str; split it first")
     return list(zip(*(tokens[i:] for i in range(n))))
@@ -191,8 +192,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], 
         raise ValueError(f"smooth must be one of {tuple(SMOOTHINGS)}, got {smooth!r}")
     if tokenize not in TOKENIZERS:
         raise ValueError(f"tokenize must be one of {TOKENIZERS}, got {tokenize!r}")
-    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
-        raise ValueError(f"max_n must be an int >= 1, got {max_n!r}")
+    integer("max_n", max_n, 1)
     counts, totals = [0] * max_n, [0] * max_n
     sys_len = ref_len = 0
     for hyp, refs in zip(hypotheses, references):

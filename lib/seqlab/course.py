@@ -1,12 +1,17 @@
 """Run the lecture notebooks headless, as CI and ``make course`` do, and point them at Colab.
 
-``python -m seqlab.course [--full] [--out executed/] [notebooks...]`` executes each notebook in a
-fresh kernel with ``SEQLAB_FAST`` set, writes the executed copy and collects every
-``seqlab.record``-ed number in ``<out>/results/<notebook>.json``.
+``python -m seqlab.course [--notebooks DIR] [--full] [--out executed/] [notebooks...]`` executes
+each notebook (default: every ``NN_*.ipynb`` of ``./notebooks``) in a fresh kernel with
+``SEQLAB_FAST`` set, writes the executed copy and collects every ``seqlab.record``-ed number in
+``<out>/results/<notebook>.json``.
 
-``python -m seqlab.course colab [--repo URL] [--branch NAME] [--check]`` writes the course's
-address (kept in one place: ``[tool.seqlab.colab]`` of pyproject.toml) into every notebook's
-"Open in Colab" badge and Colab setup cell; ``--check`` only reports notebooks that disagree.
+``python -m seqlab.course colab [--root DIR] [--repo URL] [--branch NAME] [--check]`` writes the
+course's address (kept in one place: ``[tool.seqlab.colab]`` of the course's pyproject.toml) into
+every notebook's "Open in Colab" badge and Colab setup cell; ``--check`` only reports notebooks
+that disagree.
+
+The library knows nothing of where it is installed: every folder comes from the caller, by
+default the working directory (the course's root).
 """
 
 from __future__ import annotations
@@ -17,35 +22,35 @@ import os
 import re
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
-PYPROJECT = ROOT / "pyproject.toml"
 _BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
 _SETUP_MARK = 'if "google.colab" in sys.modules:'
 
 
-@contextmanager
-def _environment(**values: str):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def lecture_notebooks(folder: Path | str = "notebooks") -> list[Path]:
+    """The lectures in ``folder`` (``NN_topic.ipynb``), in course order."""
+    return sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
 
 
-def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 1800) -> float:
+def _kernel_environment(path: Path, out_dir: Path, fast: bool = True, env=None) -> dict[str, str]:
+    """What the kernel running ``path`` sees: this process's environment, ``env`` on top, then
+    seqlab's settings. Idle OpenMP threads sleep unless a caller says otherwise: on a loaded
+    machine spinning threads make multi-threaded runs several times slower; no number changes."""
+    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, **(env or {}),
+            "SEQLAB_FAST": "1" if fast else "0", "SEQLAB_NOTEBOOK": Path(path).stem,
+            "SEQLAB_RESULTS": str(Path(out_dir).resolve() / "results")}
+
+
+def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 1800, *,
+                 env: dict[str, str] | None = None, parameters: str = "",
+                 allow_errors: bool = False) -> float:
     """Execute ``path`` in a new python3 kernel; save it to ``out_dir``; return seconds taken.
 
-    A failing cell raises ``nbclient.exceptions.CellExecutionError`` naming the cell, and the
-    partly executed notebook is still saved so the error can be read in context.
+    ``env`` is added to the kernel's environment only (this process's is left alone);
+    ``parameters`` is appended to the notebook's ``parameters`` cell (``"SEED = 3"``). A failing
+    cell raises ``nbclient.exceptions.CellExecutionError`` naming the cell, unless
+    ``allow_errors``; either way the executed notebook is saved so errors can be read in context.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -53,29 +58,39 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
     path, out_dir = Path(path).resolve(), Path(out_dir).resolve()  # the kernel runs elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    if parameters:
+        cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
+        if cell is None:
+            raise ValueError(f"parameters: {path.name} has no cell tagged 'parameters' to "
+                             f"append {parameters!r} to")
+        cell.source += "\n" + parameters
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             resources={"metadata": {"path": str(path.parent)}})
-    env = {"SEQLAB_FAST": "1" if fast else "0", "SEQLAB_NOTEBOOK": path.stem,
-           "SEQLAB_RESULTS": str(out_dir / "results")}
     start = time.perf_counter()
     try:
-        with _environment(**env):
-            client.execute()
+        client.execute(env=_kernel_environment(path, out_dir, fast, env))
     finally:
         nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------------- Colab
-def colab_address(pyproject: Path | None = None) -> tuple[str, str]:
-    """(repository URL, branch) from ``[tool.seqlab.colab]`` of pyproject.toml."""
+def colab_address(pyproject: Path | str = "pyproject.toml") -> tuple[str, str]:
+    """(repository URL, branch) from ``[tool.seqlab.colab]`` of the course's pyproject.toml."""
     import tomllib
 
-    settings = tomllib.loads((pyproject or PYPROJECT).read_text())["tool"]["seqlab"]["colab"]
+    pyproject = Path(pyproject)
+    try:
+        settings = tomllib.loads(pyproject.read_text())["tool"]["seqlab"]["colab"]
+    except (FileNotFoundError, KeyError) as err:
+        raise ValueError(f"pyproject: {pyproject.resolve()} has no [tool.seqlab.colab] section "
+                         f"with the course's repository and branch ({err!r})") from None
     return settings["repository"].rstrip("/"), settings["branch"]
 
 
-def _github_path(repo: str) -> str:
+def github_repository(repo: str) -> str:
+    """``OWNER/NAME`` of a GitHub address, the part Colab's URLs and pip's ``git+`` need;
+    ``ValueError`` for anything else (Colab opens notebooks from GitHub only)."""
     match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+?)(\.git)?", repo)
     if not match:
         raise ValueError(f"repo must be a GitHub address like https://github.com/OWNER/NAME, "
@@ -83,11 +98,11 @@ def _github_path(repo: str) -> str:
     return match.group(1)
 
 
-def colab_header(path: Path, repo: str, branch: str, root: Path | None = None
-                 ) -> tuple[str, str]:
-    """The badge markdown and the setup cell source for the notebook at ``path``."""
-    relative = Path(path).resolve().relative_to((root or ROOT).resolve()).as_posix()
-    owner_name = _github_path(repo)
+def colab_header(path: Path, repo: str, branch: str, root: Path | str = ".") -> tuple[str, str]:
+    """The badge markdown and the setup cell source for the notebook at ``path`` of the course
+    (or edition) whose root folder is ``root``."""
+    relative = Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    owner_name = github_repository(repo)
     badge = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
              f"(https://colab.research.google.com/github/{owner_name}/blob/{branch}/{relative})")
     setup = ("# Setup: on Colab, install the course library (Colab's own torch is kept); "
@@ -114,7 +129,7 @@ def _lines(text: str) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
-def apply_colab(paths, repo: str, branch: str, check: bool = False, root: Path | None = None
+def apply_colab(paths, repo: str, branch: str, check: bool = False, root: Path | str = "."
                 ) -> list[str]:
     """Rewrite (or with ``check`` only compare) the badge and setup cell of every notebook;
     return the names of those that disagreed."""
@@ -134,8 +149,7 @@ def apply_colab(paths, repo: str, branch: str, check: bool = False, root: Path |
     return stale
 
 
-def _set_address(repo: str, branch: str) -> None:
-    pyproject = PYPROJECT
+def _set_address(pyproject: Path, repo: str, branch: str) -> None:
     text = pyproject.read_text()
     section = text.index("[tool.seqlab.colab]")
     head, tail = text[:section], text[section:]
@@ -144,24 +158,23 @@ def _set_address(repo: str, branch: str) -> None:
     pyproject.write_text(head + tail)
 
 
-def colab_notebooks() -> list[Path]:
-    """Every notebook a student opens on Colab: the lectures (assignments get theirs at release)."""
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-
-
 def colab_main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m seqlab.course colab",
                                      description="Point every notebook at the course's address.")
+    parser.add_argument("--root", type=Path, default=Path("."),
+                        help="the course's folder: pyproject.toml and notebooks/ (default: .)")
     parser.add_argument("--repo", help="https://github.com/OWNER/NAME (saved in pyproject.toml)")
     parser.add_argument("--branch", help="branch the badges open (default: the saved one)")
     parser.add_argument("--check", action="store_true", help="only list notebooks that disagree")
     args = parser.parse_args(argv)
-    repo, branch = colab_address()
+    pyproject = args.root / "pyproject.toml"
+    repo, branch = colab_address(pyproject)
     repo, branch = (args.repo or repo).rstrip("/"), args.branch or branch
-    _github_path(repo)  # validate before writing anything
+    github_repository(repo)  # validate before writing anything
     if not args.check and (args.repo or args.branch):
-        _set_address(repo, branch)
-    stale = apply_colab(colab_notebooks(), repo, branch, check=args.check)
+        _set_address(pyproject, repo, branch)
+    stale = apply_colab(lecture_notebooks(args.root / "notebooks"), repo, branch,
+                        check=args.check, root=args.root)
     verb = "disagree with" if args.check else "rewritten for"
     print(f"{len(stale)} notebook(s) {verb} {repo} @ {branch}" +
           (": " + ", ".join(stale) if stale else ""))
@@ -172,13 +185,24 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["colab"]:
         return colab_main(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m seqlab.course",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every notebooks/*.ipynb)")
+                        help="notebooks to run (default: every lecture in --notebooks)")
+    parser.add_argument("--notebooks", dest="folder", type=Path, default=Path("notebooks"),
+                        help="the lectures' folder (default: ./notebooks)")
     parser.add_argument("--full", action="store_true", help="full mode (GPU-sized), not FAST")
     parser.add_argument("--out", type=Path, default=Path("executed"), help="output folder")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    paths = args.notebooks or lecture_notebooks(args.folder)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if not paths or missing:
+        where = (", ".join(missing) if missing
+                 else f"no NN_*.ipynb lectures in {args.folder.resolve()}")
+        print(f"python -m seqlab.course: nothing to run: {where}; pass the lectures' folder with "
+              "--notebooks DIR (or run from the course's root, which holds notebooks/)",
+              file=sys.stderr)
+        return 2
     failed = []
     for path in paths:
         try:

@@ -31,14 +31,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import warnings
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .train import evaluating
+from .tensors import evaluating, map_tensors
+from .validate import integer, number
 
 
 @runtime_checkable
@@ -57,13 +57,7 @@ class Generator(Protocol):
 
 def select_state(state, indices: torch.Tensor):
     """Index every tensor in ``state`` on dim 0 with ``indices``; other values pass through."""
-    if isinstance(state, torch.Tensor):
-        return state.index_select(0, indices.to(state.device))
-    if isinstance(state, dict):
-        return {k: select_state(v, indices) for k, v in state.items()}
-    if isinstance(state, (tuple, list)):
-        return type(state)(select_state(v, indices) for v in state)
-    return state
+    return map_tensors(lambda t: t.index_select(0, indices.to(t.device)), state)
 
 
 def check_generator(model) -> None:
@@ -73,11 +67,6 @@ def check_generator(model) -> None:
     if missing:
         raise TypeError(f"model must implement the decoding protocol (bos_id, eos_id, start, "
                         f"step, select); {type(model).__name__} lacks {', '.join(missing)}")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def _model_device(model) -> torch.device:
@@ -119,8 +108,8 @@ def decode(model, *inputs, max_len: int, choose: Callable[[torch.Tensor], torch.
     one ``start``: what drawing several samples per input needs.
     """
     check_generator(model)
-    _check_positive_int("max_len", max_len)
-    _check_positive_int("copies", copies)
+    integer("max_len", max_len, 1)
+    integer("copies", copies, 1)
     with evaluating(model):
         state = model.start(*inputs)
         batch = _batch_size(inputs)
@@ -154,8 +143,7 @@ def greedy(model, *inputs, max_len: int = 60, on_step: Callable | None = None
 def temperature_scale(log_probs: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(log p / tau): tau < 1 sharpens, tau > 1 flattens; the ranking never changes.
     tau -> 0 approaches greedy decoding, tau -> infinity the uniform distribution."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    number("temperature", temperature)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}; temperature 0 is "
                          "greedy decoding: call greedy(...)")
@@ -166,7 +154,7 @@ def _keep_at_least(log_probs: torch.Tensor, keep: torch.Tensor, n: int) -> torch
     """``keep`` widened to the n most probable tokens of each row and to every token tied with
     the least probable kept one, so no filter depends on how a sort orders equal values.
     Returns the renormalised log-probs, -inf outside."""
-    _check_positive_int("min_tokens_to_keep", n)
+    integer("min_tokens_to_keep", n, 1)
     floor = log_probs.masked_fill(~keep, float("inf")).amin(-1, keepdim=True)
     nth = log_probs.topk(min(n, log_probs.shape[-1]), dim=-1).values[..., -1:]
     return log_probs.masked_fill(log_probs < floor.minimum(nth), float("-inf")).log_softmax(-1)
@@ -176,7 +164,7 @@ def top_k_filter(log_probs: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k most probable tokens of each row (ties with the k-th are kept too, as in
     HuggingFace and nanoGPT; k > V keeps all); the rest get -inf. Returns renormalised
     log-probs [B, V]."""
-    _check_positive_int("k", k)
+    integer("k", k, 1)
     return _keep_at_least(log_probs, torch.zeros_like(log_probs, dtype=torch.bool), k)
 
 
@@ -190,8 +178,7 @@ def top_p_filter(log_probs: torch.Tensor, p: float, min_tokens_to_keep: int = 1)
     every token of non-zero probability; a running sum from the top would round to 1 early.
     Tokens tied with the least probable kept one are kept too (HuggingFace keeps whichever its
     sort puts last)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-        raise ValueError(f"p must be a number in (0, 1], got {p!r}")
+    number("p", p, 0, 1, low_open=True)
     sorted_lp, order = log_probs.sort(dim=-1)
     keep_sorted = sorted_lp.softmax(-1).cumsum(-1) > 1 - p
     return _keep_at_least(log_probs, keep_sorted.scatter(-1, order, keep_sorted),
@@ -203,8 +190,7 @@ def min_p_filter(log_probs: torch.Tensor, p_min: float, min_tokens_to_keep: int 
     """Min-p filter (Nguyen et al. 2024): keep the tokens with P(w) >= p_min * max_w' P(w').
     The cut follows the model's confidence: a peaked row keeps few tokens, a flat one many.
     p_min = 0 keeps everything, 1 only the most probable token(s)."""
-    if isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0 <= p_min <= 1:
-        raise ValueError(f"p_min must be a number in [0, 1], got {p_min!r}")
+    number("p_min", p_min, 0, 1)
     probs = log_probs.softmax(-1)
     return _keep_at_least(log_probs, probs >= p_min * probs.amax(-1, keepdim=True),
                           min_tokens_to_keep)
@@ -216,14 +202,13 @@ def typical_filter(log_probs: torch.Tensor, mass: float, min_tokens_to_keep: int
     -log P(w) is to the entropy H of the row, and keep the closest until their mass reaches
     ``mass`` (the one that crosses it included). Unlike top-p it can drop the most probable
     token when that token is far more predictable than the row is on average."""
-    if isinstance(mass, bool) or not isinstance(mass, (int, float)) or not 0 < mass < 1:
-        raise ValueError(f"mass must be a number in (0, 1), got {mass!r}")
+    number("mass", mass, 0, 1, low_open=True, high_open=True)
     lp = log_probs.log_softmax(-1)
     distance = (-lp - (-(lp.exp() * lp).nansum(-1, keepdim=True))).abs()
     sorted_distance, order = distance.sort(dim=-1)
     mass_so_far = log_probs.gather(-1, order).softmax(-1).cumsum(-1)
     last = (mass_so_far < mass).sum(-1, keepdim=True).clamp(max=log_probs.shape[-1] - 1)
-    _check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    integer("min_tokens_to_keep", min_tokens_to_keep, 1)
     m = min(min_tokens_to_keep, log_probs.shape[-1])
     # ties with the crossing token kept; at least the m closest tokens, however improbable
     keep = distance <= sorted_distance.gather(-1, last).maximum(sorted_distance[..., m - 1 : m])
@@ -492,13 +477,12 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
     float32 in HF. GNMT (Wu et al. 2016) divides by ((5 + L) / 6) ** beta instead.
     """
     check_generator(model)
-    _check_positive_int("beam_size", beam_size)
-    _check_positive_int("max_len", max_len)
-    _check_positive_int("n_best", n_best)
+    integer("beam_size", beam_size, 1)
+    integer("max_len", max_len, 1)
+    integer("n_best", n_best, 1)
     if n_best > beam_size:
         raise ValueError(f"n_best ({n_best}) cannot exceed beam_size ({beam_size})")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
+    number("length_penalty", length_penalty)
     if not any(early_stopping is rule or early_stopping == rule == "never"
                for rule in STOPPING_RULES):
         raise ValueError(f"early_stopping must be True, False or \"never\", got "
@@ -561,8 +545,8 @@ def exact_search(model, *inputs, max_len: int, max_expansions: int = 10_000,
     a guess.
     """
     check_generator(model)
-    _check_positive_int("max_len", max_len)
-    _check_positive_int("max_expansions", max_expansions)
+    integer("max_len", max_len, 1)
+    integer("max_expansions", max_expansions, 1)
     beams = beam_search(model, *inputs, beam_size=beam_size, max_len=max_len)
     batch = _batch_size(inputs)
     device = _model_device(model)
@@ -649,9 +633,7 @@ def contrastive_scores(expert_log_probs: torch.Tensor, amateur_log_probs: torch.
     max p_expert}, -inf elsewhere (Li et al. 2023; p_min = ``plausibility``, 0.1 in the paper).
     The head is what ``min_p_filter`` keeps; it stops the amateur from promoting tokens the
     expert itself finds implausible."""
-    if isinstance(plausibility, bool) or not isinstance(plausibility, (int, float)) \
-            or not 0 <= plausibility <= 1:
-        raise ValueError(f"plausibility must be a number in [0, 1], got {plausibility!r}")
+    number("plausibility", plausibility, 0, 1)
     lp_e = expert_log_probs.float().log_softmax(-1)
     lp_a = temperature_scale(amateur_log_probs.float().to(lp_e.device), amateur_temperature)
     head = min_p_filter(lp_e, plausibility).isfinite()
@@ -703,25 +685,6 @@ def mbr(candidates: Sequence, evidence: Sequence, utility: Callable[[Any, Any], 
     return max(range(len(candidates)), key=expected.__getitem__), expected
 
 
-def overlap_f1(hypothesis: Sequence, reference: Sequence, max_n: int = 2) -> float:
-    """A utility for MBR: the mean over n = 1..max_n of the F1 of the n-grams two outputs share,
-    each counted at most as often as it occurs in both (clipped, as in BLEU). Orders that
-    neither output is long enough for are left out, so equal outputs score 1 (two empty ones
-    too) and outputs with no word in common 0. Unlike sentence BLEU it is symmetric and needs
-    no smoothing for short outputs."""
-    for name, tokens in (("hypothesis", hypothesis), ("reference", reference)):
-        if isinstance(tokens, str) or not isinstance(tokens, Sequence):
-            raise TypeError(f"{name} must be a list or tuple of tokens, got "
-                            f"{type(tokens).__name__} (split a sentence into words first)")
-    _check_positive_int("max_n", max_n)
-    f1 = []
-    for n in range(1, max_n + 1):
-        h, r = Counter(_ngrams(hypothesis, n)), Counter(_ngrams(reference, n))
-        if h or r:
-            f1.append(2 * sum((h & r).values()) / (h.total() + r.total()))
-    return sum(f1) / len(f1) if f1 else 1.0
-
-
 def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], list[int]], float],
                max_len: int = 60, generator: torch.Generator | None = None, **sampling
                ) -> list[list[int]]:
@@ -729,7 +692,7 @@ def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], l
     knobs in ``sampling``), and return the distinct sample with the highest mean utility
     against all the samples. The samples stand in for the model's distribution, so the
     choice is a consensus: the output most like what the model would say, not its mode."""
-    _check_positive_int("num_samples", num_samples)
+    integer("num_samples", num_samples, 1)
     drawn = sample(model, *inputs, max_len=max_len, num_samples=num_samples,
                    generator=generator, **sampling)
     chosen = []
@@ -740,25 +703,16 @@ def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], l
     return chosen
 
 
-# ---------------------------------------------------------------------- degeneration
-def _ngrams(seq: Sequence, n: int) -> list[tuple]:
-    return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+_MOVED_TO_METRICS = ("distinct_n", "overlap_f1", "repetition_rate")
 
 
-def repetition_rate(sequences: Sequence[Sequence], n: int = 2) -> float:
-    """Mean over sequences of 1 - unique n-grams / n-grams (rep-n, Welleck et al. 2020):
-    0 when no n-gram of a sequence repeats, near 1 for a loop. Sequences shorter than n skip."""
-    _check_positive_int("n", n)
-    rates = [1 - len(set(g)) / len(g) for s in sequences if (g := _ngrams(s, n))]
-    if not rates:
-        raise ValueError(f"no sequence has {n} tokens or more")
-    return sum(rates) / len(rates)
+def __getattr__(name: str):
+    """Scores of generated text moved to ``seqlab.metrics``; the old names keep working for
+    lecture 06 copies saved before the move."""
+    if name in _MOVED_TO_METRICS:
+        warnings.warn(f"seqlab.decoding.{name} moved to seqlab.metrics.{name}",
+                      DeprecationWarning, stacklevel=2)
+        from . import metrics
 
-
-def distinct_n(sequences: Sequence[Sequence], n: int = 2) -> float:
-    """Distinct n-grams / all n-grams over all sequences together (Li et al. 2016)."""
-    _check_positive_int("n", n)
-    counts = Counter(g for s in sequences for g in _ngrams(s, n))
-    if not counts:
-        raise ValueError(f"no sequence has {n} tokens or more")
-    return len(counts) / sum(counts.values())
+        return getattr(metrics, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,9 @@ from torch import nn
 
 from . import decoding
 from .data.vocab import BOS, BOS_ID, EOS, EOS_ID, UNK
-from .train import evaluating, token_mean
+from .losses import TokenLoss, token_cross_entropy
+from .tensors import evaluating
+from .validate import integer, number
 
 SMOOTHINGS = ("mle", "add-k", "interpolated", "kneser-ney")
 DISCOUNTS = ("auto", "modified")  # estimated from the counts of counts
@@ -101,12 +103,10 @@ class NGramLM:
         discount: float | str = 0.75,
         lambdas: Sequence[float] | None = None,
     ):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        integer("n", n, 1)
         if smoothing not in SMOOTHINGS:
             raise ValueError(f"smoothing must be one of {SMOOTHINGS}, got {smoothing!r}")
-        if not isinstance(k, (int, float)) or k < 0:
-            raise ValueError(f"k must be a number >= 0, got {k!r}")
+        number("k", k, 0)
         if discount not in DISCOUNTS and (
             isinstance(discount, bool) or not isinstance(discount, (int, float))
             or not 0 < discount <= 1
@@ -343,8 +343,7 @@ class FeedForwardLM(nn.Module):
         super().__init__()
         for name, value in [("vocab_size", vocab_size), ("context_size", context_size),
                             ("embed_dim", embed_dim), ("hidden_dim", hidden_dim)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            integer(name, value, 1)
         self.context_size, self.bos_id, self.eos_id = context_size, bos_id, eos_id
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.hidden = nn.Linear(context_size * embed_dim, hidden_dim)
@@ -397,11 +396,11 @@ def ngram_windows(sentences_ids: Sequence[Sequence[int]], context_size: int, bos
     return torch.tensor(contexts, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
-@token_mean
-def feedforward_loss(model: FeedForwardLM, batch) -> torch.Tensor:
-    """Mean cross-entropy (nats per token) of a (contexts, targets) batch; for ``train.fit``."""
+def feedforward_loss(model: FeedForwardLM, batch) -> TokenLoss:
+    """Mean cross-entropy (nats per token) of a (contexts, targets) batch, and its number of
+    targets; for ``train.fit``."""
     contexts, targets = batch
-    return nn.functional.cross_entropy(model(contexts), targets)
+    return token_cross_entropy(model(contexts), targets)
 
 
 @torch.no_grad()

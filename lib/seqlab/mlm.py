@@ -20,20 +20,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data.batching import pad_batch
-from .data.vocab import CLS, MASK, PAD, SEP, SPECIALS, Vocab
-from .train import evaluating
+from .data.vocab import CLS, MASK, PAD, PAD_ID, SEP, SPECIALS, Vocab
+from .losses import TokenLoss, token_cross_entropy
+from .tensors import evaluating
 from .transformer import EncoderLayer, padding_key_mask
+from .validate import integer, number
 
 IGNORE = -100  # the label of unselected positions: cross_entropy(ignore_index=-100) skips it
 
 
 # ---------------------------------------------------------------------- masking
 def _check_rate(name: str, value, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (0 < value < 1 if low_open else 0 <= value <= 1):
-        raise ValueError(f"{name} must be in {'(0, 1)' if low_open else '[0, 1]'}, got {value!r}")
-    return float(value)
+    return float(number(name, value, 0, 1, low_open=low_open, high_open=low_open))
 
 
 def _special_ids(vocab) -> torch.Tensor:
@@ -109,8 +107,7 @@ def pack_pair(a: Sequence[int], b: Sequence[int] | None, vocab: Vocab, max_len: 
     random)."""
     a, b = list(a), None if b is None else list(b)
     specials = 3 if b is not None else 2
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < specials + 1:
-        raise ValueError(f"max_len must be an int >= {specials + 1}, got {max_len!r}")
+    integer("max_len", max_len, specials + 1)
     while len(a) + len(b or []) + specials > max_len:
         (a if b is None or len(a) >= len(b) else b).pop()
     ids = [vocab.cls_id, *a, vocab.sep_id]
@@ -144,7 +141,7 @@ def nsp_pairs(documents: Sequence[Sequence[Sequence[int]]], seed: int = 0
     return out
 
 
-def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = 0
+def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = PAD_ID
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad packed (ids, segments) to (ids [B, T], segments [B, T])."""
     width = max(len(ids) for ids, _ in packed)
@@ -169,7 +166,7 @@ class BertModel(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 128, n_heads: int = 4,
                  n_layers: int = 2, max_len: int = 128, dropout: float = 0.1,
-                 norm: str = "pre", pad_id: int = 0):
+                 norm: str = "pre", pad_id: int = PAD_ID):
         super().__init__()
         self.pad_id = pad_id
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
@@ -223,19 +220,17 @@ class BertModel(nn.Module):
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the labelled (chosen) positions only; -100 elsewhere is skipped."""
-    if logits.shape[:-1] != labels.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} must "
-                         "share [batch, length]")
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+    return token_cross_entropy(logits, labels, IGNORE).mean
 
 
-def pretrain_loss(model: BertModel, batch) -> torch.Tensor:
+def pretrain_loss(model: BertModel, batch) -> TokenLoss:
     """For ``train.fit``: batch = (inputs, segments, labels) for MLM only, or with NSP labels
-    as a fourth entry, whose cross-entropy is then added (BERT's two objectives)."""
+    as a fourth entry, whose cross-entropy is then added (BERT's two objectives). Counted per
+    labelled position, the MLM loss's unit."""
     inputs, segments, labels, *nsp = batch
     mlm, nsp_logits = model(inputs, segments)
-    loss = mlm_loss(mlm, labels)
-    return loss + F.cross_entropy(nsp_logits.float(), nsp[0]) if nsp else loss
+    loss, count = token_cross_entropy(mlm, labels, IGNORE)
+    return TokenLoss(loss + F.cross_entropy(nsp_logits.float(), nsp[0]) if nsp else loss, count)
 
 
 @torch.no_grad()
@@ -306,9 +301,7 @@ def exact_fill_posterior(logprob: Callable[[str], float], tokens: Sequence[str],
     if not callable(logprob):
         raise TypeError(f"logprob must be a function of a sentence, got {type(logprob).__name__}")
     tokens = list(tokens)
-    if isinstance(position, bool) or not isinstance(position, int) or \
-            not 0 <= position < len(tokens):
-        raise ValueError(f"position must be an int in [0, {len(tokens)}), got {position!r}")
+    integer("position", position, 0, below=len(tokens))
     if isinstance(candidates, str) or not candidates:
         raise ValueError("candidates must be a non-empty list of words")
     scores = np.array([logprob(" ".join([*tokens[:position], w, *tokens[position + 1:]]))
@@ -369,10 +362,10 @@ class BertClassifier(nn.Module):
         return self.head(self.drop(self.bert.pooled(hidden)))
 
 
-def classifier_loss(model: BertClassifier, batch) -> torch.Tensor:
-    """For ``train.fit``: batch = (ids, segments, class labels)."""
+def classifier_loss(model: BertClassifier, batch) -> TokenLoss:
+    """For ``train.fit``: batch = (ids, segments, class labels); mean over the examples."""
     ids, segments, labels = batch
-    return F.cross_entropy(model(ids, segments).float(), labels)
+    return token_cross_entropy(model(ids, segments), labels)
 
 
 # ---------------------------------------------------------------------- token-level tasks
@@ -390,8 +383,7 @@ class BertTagger(nn.Module):
         super().__init__()
         if not isinstance(bert, BertModel):
             raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
-        if isinstance(n_tags, bool) or not isinstance(n_tags, int) or n_tags < 2:
-            raise ValueError(f"n_tags must be an int >= 2, got {n_tags!r}")
+        integer("n_tags", n_tags, 2)
         self.bert, self.drop = bert, nn.Dropout(dropout)
         self.head = nn.Linear(bert.tokens.embedding_dim, n_tags)
         self.freeze = _check_freeze(freeze)
@@ -424,8 +416,8 @@ def tagging_batch(sentences: Sequence[Sequence[int]], tags: Sequence[Sequence[in
     return ids, torch.zeros_like(ids), padded
 
 
-def tagger_loss(model: BertTagger, batch) -> torch.Tensor:
-    """For ``train.fit``: mean cross-entropy over the tagged tokens of a ``tagging_batch``."""
+def tagger_loss(model: BertTagger, batch) -> TokenLoss:
+    """For ``train.fit``: mean cross-entropy over the tagged tokens of a ``tagging_batch``, and
+    their count."""
     ids, segments, tags = batch
-    return F.cross_entropy(model(ids, segments).flatten(0, 1).float(), tags.flatten(),
-                           ignore_index=IGNORE)
+    return token_cross_entropy(model(ids, segments), tags, IGNORE)

@@ -18,8 +18,10 @@ from torch import nn
 
 from . import decoding
 from .data import pad_batch
-from .data.vocab import BOS_ID, EOS_ID
-from .train import evaluating, token_mean
+from .data.vocab import BOS_ID, EOS_ID, PAD_ID
+from .losses import TokenLoss, token_cross_entropy
+from .tensors import evaluating
+from .validate import integer
 
 # ---------------------------------------------------------------------- softmax + cross-entropy
 
@@ -75,8 +77,7 @@ class NumpyRNNLM:
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, seed: int = 0):
         for name, value in [("vocab_size", vocab_size), ("embed_dim", embed_dim),
                             ("hidden_dim", hidden_dim)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            integer(name, value, 1)
         rng = np.random.default_rng(seed)
         s = 1 / math.sqrt(hidden_dim)
         self.params = {
@@ -192,8 +193,7 @@ class _Cell(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
         super().__init__()
         for name, value in [("input_size", input_size), ("hidden_size", hidden_size)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            integer(name, value, 1)
         self.input_size, self.hidden_size = input_size, hidden_size
         g = self.gates * hidden_size
         self.weight_ih = nn.Parameter(torch.empty(g, input_size))
@@ -279,8 +279,7 @@ class StackedRNN(nn.Module):
         super().__init__()
         if cell not in _CELLS:
             raise ValueError(f"cell must be one of {sorted(_CELLS)}, got {cell!r}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers must be an int >= 1, got {num_layers!r}")
+        integer("num_layers", num_layers, 1)
         self.cell_type, self.num_layers = cell, num_layers
         self.dirs = 2 if bidirectional else 1
         self.cells = nn.ModuleList(
@@ -352,7 +351,7 @@ class RNNLanguageModel(nn.Module):
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
                  num_layers: int = 1, cell: str = "lstm", dropout: float = 0.0,
-                 pad_id: int = 0, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         super().__init__()
         if cell not in _TORCH_RNNS:
             raise ValueError(f"cell must be one of {sorted(_TORCH_RNNS)}, got {cell!r}")
@@ -383,7 +382,7 @@ class RNNLanguageModel(nn.Module):
     select = staticmethod(decoding.select_state)
 
 
-def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = 0):
+def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = PAD_ID):
     """(inputs [B, T], targets [B, T]) with teacher forcing: inputs <bos> w1..wn, targets
     w1..wn <eos>; padding in the targets is ``pad_id`` and is ignored by ``rnn_lm_loss``."""
     inputs, _ = pad_batch([[bos_id, *s] for s in sentences_ids], pad_id)
@@ -391,13 +390,12 @@ def lm_batch(sentences_ids, bos_id: int, eos_id: int, pad_id: int = 0):
     return inputs, targets
 
 
-@token_mean
-def rnn_lm_loss(model: RNNLanguageModel, batch) -> torch.Tensor:
-    """Mean cross-entropy over the real (non-padding) target tokens; for ``train.fit``."""
+def rnn_lm_loss(model: RNNLanguageModel, batch) -> TokenLoss:
+    """Mean cross-entropy over the real (non-padding) target tokens, and their count; for
+    ``train.fit``."""
     inputs, targets = batch
     logits, _ = model(inputs)
-    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                       ignore_index=model.pad_id)
+    return token_cross_entropy(logits, targets, model.pad_id)
 
 
 @torch.no_grad()

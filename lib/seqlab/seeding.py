@@ -7,6 +7,8 @@ import random
 import numpy as np
 import torch
 
+from .validate import integer
+
 
 def seed_everything(seed: int) -> int:
     """Seed Python, NumPy and torch (all devices) with ``seed`` and return it.
@@ -17,10 +19,7 @@ def seed_everything(seed: int) -> int:
     before Python starts, which no call inside a running notebook can do; the course's code
     never lets a result depend on set order, for that reason.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    integer("seed", seed, 0, below=2**32)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device

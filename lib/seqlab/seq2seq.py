@@ -12,7 +12,6 @@ sampling are written once, there, for every model.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -20,12 +19,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from . import decoding
 from .attention import make_score, masked_softmax
-from .bleu import corpus_bleu
-from .data import Vocab, pad_batch
-from .data.toy import ToyTranslation
+from .data import pad_batch
+from .data.vocab import BOS_ID, EOS_ID, PAD_ID
+from .losses import TokenLoss, token_cross_entropy
 from .rnn import batch_first_state, layer_first_state
-from .seeding import seed_everything
-from .train import History, evaluating, fit, lr_schedule, token_mean
+from .tensors import evaluating
+from .validate import number
 
 _RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -45,7 +44,7 @@ class Encoder(nn.Module):
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
                  num_layers: int = 1, cell: str = "gru", bidirectional: bool = False,
-                 dropout: float = 0.0, pad_id: int = 0):
+                 dropout: float = 0.0, pad_id: int = PAD_ID):
         super().__init__()
         self.cell, self.num_layers = cell, num_layers
         self.dirs = 2 if bidirectional else 1
@@ -85,7 +84,7 @@ class Decoder(nn.Module):
     uses_attention = False
 
     def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
-                 cell: str = "gru", pad_id: int = 0):
+                 cell: str = "gru", pad_id: int = PAD_ID):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = _rnn(cell, embed_dim, hidden_dim)
@@ -112,7 +111,7 @@ class AttentionDecoder(Decoder):
 
     def __init__(self, vocab_size: int, enc_dim: int, embed_dim: int = 64,
                  hidden_dim: int = 128, cell: str = "gru", score: str = "additive",
-                 pad_id: int = 0):
+                 pad_id: int = PAD_ID):
         super().__init__(vocab_size, embed_dim, hidden_dim, cell, pad_id)
         self.score = make_score(score, hidden_dim, enc_dim)  # a Module registers itself
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim)
@@ -142,8 +141,8 @@ class AttentionDecoder(Decoder):
 class Seq2Seq(nn.Module):
     """Encoder + decoder, trained with teacher forcing; decoded by ``seqlab.decoding``."""
 
-    def __init__(self, encoder: Encoder, decoder: Decoder, bos_id: int, eos_id: int,
-                 pad_id: int = 0):
+    def __init__(self, encoder: Encoder, decoder: Decoder, bos_id: int = BOS_ID,
+                 eos_id: int = EOS_ID, pad_id: int = PAD_ID):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
@@ -157,8 +156,7 @@ class Seq2Seq(nn.Module):
         mixes both within a step. The coins come from torch's generator (seeded by
         ``seed_everything``).
         """
-        if not 0.0 <= teacher_forcing <= 1.0:
-            raise ValueError(f"teacher_forcing must be in [0, 1], got {teacher_forcing}")
+        number("teacher_forcing", teacher_forcing, 0, 1)
         if teacher_forcing == 1.0:
             enc_outputs, state = self.encoder(src, src_lengths)
             return self.decoder(tgt_in, state, enc_outputs, src != self.pad_id)[0]
@@ -201,7 +199,7 @@ class Seq2Seq(nn.Module):
         return ids, weights
 
 
-def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = 0):
+def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = PAD_ID):
     """(src [B, S], src_lengths [B], tgt_in [B, T], tgt_out [B, T]) from (source ids, target
     ids) pairs: tgt_in = <bos> y_1..y_n, tgt_out = y_1..y_n <eos> (teacher forcing)."""
     src, src_lengths = pad_batch([s for s, _ in pairs_ids], pad_id)
@@ -210,13 +208,12 @@ def seq2seq_batch(pairs_ids, bos_id: int, eos_id: int, pad_id: int = 0):
     return src, src_lengths, tgt_in, tgt_out
 
 
-@token_mean
-def seq2seq_loss(model: Seq2Seq, batch, teacher_forcing: float = 1.0) -> torch.Tensor:
-    """Mean cross-entropy over real target tokens (padding ignored); for ``train.fit``."""
+def seq2seq_loss(model: Seq2Seq, batch, teacher_forcing: float = 1.0) -> TokenLoss:
+    """Mean cross-entropy over real target tokens (padding ignored), and their count; for
+    ``train.fit``."""
     src, src_lengths, tgt_in, tgt_out = batch
     logits = model(src, src_lengths, tgt_in, teacher_forcing)
-    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
-                                       ignore_index=model.pad_id)
+    return token_cross_entropy(logits, tgt_out, model.pad_id)
 
 
 def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
@@ -256,7 +253,7 @@ def one_mistake(model: Seq2Seq, batch, seed: int = 0) -> dict[str, float]:
 
 
 def curriculum_batches(pairs_ids, batch_size: int, steps: int, start_len: int, end_len: int,
-                       bos_id: int, eos_id: int, pad_id: int = 0, warmup: float = 0.3,
+                       bos_id: int, eos_id: int, pad_id: int = PAD_ID, warmup: float = 0.3,
                        seed: int = 0):
     """``steps`` batches of same-length sources (no padding), the allowed source length rising
     linearly from ``start_len`` to ``end_len`` over the first ``warmup`` fraction of training.
@@ -300,25 +297,13 @@ def translate(model, sentences: list[str], src_vocab, tgt_vocab, max_len: int = 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, bos_id: int, eos_id: int,
                 attention: bool, score: str = "additive", embed_dim: int = 64,
-                hidden_dim: int = 128, cell: str = "gru", pad_id: int = 0) -> Seq2Seq:
+                hidden_dim: int = 128, cell: str = "gru", pad_id: int = PAD_ID) -> Seq2Seq:
     """The encoder-decoder of lectures 03 and 04, with or without attention."""
     encoder = Encoder(src_vocab_size, embed_dim, hidden_dim, cell=cell, pad_id=pad_id)
     decoder = (AttentionDecoder(tgt_vocab_size, encoder.output_dim, embed_dim, hidden_dim, cell,
                                 score, pad_id) if attention
                else Decoder(tgt_vocab_size, embed_dim, hidden_dim, cell, pad_id))
     return Seq2Seq(encoder, decoder, bos_id, eos_id, pad_id)
-
-
-def bleu_by_length(sources: list[str], outputs: list[str], references: list[list[str]],
-                   buckets: dict[str, tuple[int, int]]) -> dict[str, float]:
-    """Corpus BLEU of the sentences whose source length (in words) falls in each bucket."""
-    scores = {}
-    for label, (low, high) in buckets.items():
-        idx = [i for i, s in enumerate(sources) if low <= len(s.split()) <= high]
-        if idx:
-            scores[label] = corpus_bleu([outputs[i] for i in idx],
-                                        [references[i] for i in idx]).score
-    return scores
 
 
 def alignment_agreement(attention: list[torch.Tensor], alignments: list[list[tuple[int, int]]]
@@ -339,67 +324,20 @@ def alignment_agreement(attention: list[torch.Tensor], alignments: list[list[tup
     return hits / total
 
 
-# ---------------------------------------------------------------- lecture 04's length experiment
-LENGTH_BUCKETS = {"3-10": (3, 10), "11-20": (11, 20), "21-30": (21, 30), "31-45": (31, 45)}
-
-# FAST mode fits in the 90 s of a CI run on 2 CPU cores; full mode is for a GPU.
-LENGTH_SETUPS = {
-    "fast": {"embed_dim": 32, "hidden_dim": 64, "steps": 1000, "n_test": 600},
-    "full": {"embed_dim": 64, "hidden_dim": 128, "steps": 3000, "n_test": 2000},
-}
+_MOVED = {"bleu_by_length": "metrics", "LENGTH_BUCKETS": "experiments",
+          "LENGTH_SETUPS": "experiments", "LengthExperiment": "experiments",
+          "length_experiment": "experiments"}
 
 
-@dataclass
-class LengthExperiment:
-    """What ``length_experiment`` returns; every dict is keyed by "with attention?" (a bool)."""
+def __getattr__(name: str):
+    """Lecture 04's experiment and BLEU by length moved out of the model module; the old names
+    keep working for lectures 03 and 04 saved before the move."""
+    if name in _MOVED:
+        import importlib
+        import warnings
 
-    curves: dict[bool, dict[str, float]] = field(default_factory=dict)  # BLEU per length bucket
-    models: dict[bool, Seq2Seq] = field(default_factory=dict)
-    histories: dict[bool, History] = field(default_factory=dict)
-    test_pairs: list = field(default_factory=list)
-    src_vocab: Vocab | None = None
-    tgt_vocab: Vocab | None = None
-
-    @property
-    def drops(self) -> dict[bool, float]:
-        """BLEU of the shortest length bucket minus BLEU of the longest."""
-        return {a: c[next(iter(c))] - c[next(reversed(c))] for a, c in self.curves.items()}
-
-
-def length_experiment(steps: int, embed_dim: int, hidden_dim: int, n_test: int, *,
-                      seed: int = 0, score: str = "additive", lr: float = 1e-2,
-                      batch_size: int = 32, buckets=LENGTH_BUCKETS, device=None,
-                      progress: bool = True) -> LengthExperiment:
-    """Bahdanau et al. (2015), Fig. 2, on the toy task: BLEU by source length, with and without
-    attention.
-
-    Both models are the same GRU encoder-decoder but for attention, start from the same seed and
-    train on the same batches (same-length sentences, the maximum length rising from 12 to 45
-    over the first 30% of steps) for the same ``steps``: Adam with gradient clipping, the
-    learning rate decaying from ``lr`` to 0 along a cosine. Then both translate ``n_test``
-    held-out pairs greedily, scored by corpus BLEU per source-length bucket.
-    """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    toy = ToyTranslation()
-    train_pairs, test_pairs = toy.sample(20000, seed=10), toy.sample(n_test, seed=12)
-    src_vocab = Vocab.build([p.source.split() for p in train_pairs])
-    tgt_vocab = Vocab.build([p.references[0].split() for p in train_pairs])
-    train_ids = [(src_vocab.encode(p.source.split()), tgt_vocab.encode(p.references[0].split()))
-                 for p in train_pairs]
-    batches = curriculum_batches(train_ids, batch_size, steps, 12, 45, tgt_vocab.bos_id,
-                                 tgt_vocab.eos_id, warmup=0.3, seed=seed)
-    sources, references = [p.source for p in test_pairs], [p.references for p in test_pairs]
-    result = LengthExperiment(test_pairs=test_pairs, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
-    for attention in (True, False):
-        seed_everything(seed)
-        model = build_model(len(src_vocab), len(tgt_vocab), tgt_vocab.bos_id, tgt_vocab.eos_id,
-                            attention, score, embed_dim, hidden_dim)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        schedule = lr_schedule(optimizer, kind="cosine", total_steps=steps)
-        result.histories[attention] = fit(model, optimizer, batches, seq2seq_loss, clip=1.0,
-                                          scheduler=schedule, device=device, progress=progress)
-        outputs = translate(model, sources, src_vocab, tgt_vocab)
-        result.curves[attention] = bleu_by_length(sources, outputs, references, buckets)
-        result.models[attention] = model
-    return result
+        where = _MOVED[name]
+        warnings.warn(f"seqlab.seq2seq.{name} moved to seqlab.{where}.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{where}", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

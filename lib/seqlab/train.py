@@ -1,13 +1,13 @@
 """One training loop for every topic: progress bar, clipping, autocast, learning-rate schedules,
 evaluation, early stopping, checkpoints.
 
-A topic supplies ``loss_fn(model, batch) -> scalar loss`` (the mean over the batch's target
-tokens); the loop does the rest the same way everywhere, so students read it once.
+A topic supplies ``loss_fn(model, batch) -> losses.TokenLoss`` (the mean over the batch's
+targets and their count); the loop does the rest the same way everywhere, so students read it
+once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import os
@@ -20,6 +20,8 @@ import torch
 
 from .device import autocast, get_device, grad_scaler
 from .progress import progress_bar
+from .tensors import evaluating, map_tensors
+from .validate import integer, number
 
 
 @dataclass
@@ -36,22 +38,6 @@ class History:
     stopped_early: bool = False
 
 
-@contextlib.contextmanager
-def evaluating(model):
-    """Eval mode (no dropout) inside the block, the model's previous mode after it.
-
-    Every helper that scores or decodes uses this, so none leaves a model in eval mode.
-    """
-    was_training = getattr(model, "training", None)
-    if was_training is not None:
-        model.eval()
-    try:
-        yield model
-    finally:
-        if was_training is not None:
-            model.train(was_training)
-
-
 def lr_schedule(optimizer: torch.optim.Optimizer, warmup: int = 0, kind: str = "constant",
                 total_steps: int | None = None) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup over ``warmup`` steps, then ``kind``:
@@ -63,8 +49,7 @@ def lr_schedule(optimizer: torch.optim.Optimizer, warmup: int = 0, kind: str = "
 
     Post-LN Transformers need the warmup; pre-LN ones mostly do not (lecture 05).
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    integer("warmup", warmup, 0)
     if kind not in ("constant", "inverse_sqrt", "cosine"):
         raise ValueError(f"kind must be 'constant', 'inverse_sqrt' or 'cosine', got {kind!r}")
     if kind == "cosine" and (not isinstance(total_steps, int) or total_steps <= warmup):
@@ -84,29 +69,21 @@ def lr_schedule(optimizer: torch.optim.Optimizer, warmup: int = 0, kind: str = "
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def target_count(batch, pad_id: int = 0) -> int:
-    """How many real target tokens a batch holds: the non-padding entries of its last tensor,
-    the targets in every batch format of the course's sequence models."""
-    return int((batch[-1] != pad_id).sum())
-
-
-def token_mean(loss_fn: Callable) -> Callable:
-    """Mark ``loss_fn`` as a mean over target tokens, so ``evaluate`` weights each batch by its
-    ``target_count`` and returns the loss per token over the whole data set, whose exp is the
-    perplexity (a mean of batch means over-weights the tokens of short batches)."""
-    loss_fn.batch_weight = target_count
-    return loss_fn
+def _token_loss(result, loss_fn) -> tuple[torch.Tensor, int | torch.Tensor]:
+    """``loss_fn``'s (mean, count), or a ``TypeError`` that says what a loss must return."""
+    if (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor)
+            and result[0].dim() == 0):
+        return result
+    name = getattr(loss_fn, "__name__", None) or repr(loss_fn)
+    raise TypeError(f"loss_fn {name} must return (mean loss as a 0-dim tensor, number of targets "
+                    f"averaged), e.g. seqlab.losses.TokenLoss, got {type(result).__name__}"
+                    + (f" of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor)
+                       else ""))
 
 
 def to_device(batch, device: torch.device):
     """Move every tensor in a (nested) tuple, list or dict to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
+    return map_tensors(lambda t: t.to(device, non_blocking=True), batch)
 
 
 def _batches(data) -> Iterable:
@@ -116,22 +93,20 @@ def _batches(data) -> Iterable:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data, loss_fn: Callable, device=None) -> float:
-    """Mean loss over ``data``, in eval mode, without gradients.
-
-    Batches are weighted by ``loss_fn.batch_weight(batch)`` when the loss says how (see
-    ``token_mean``: then the result is the loss per target token), equally otherwise.
-    """
+    """Mean loss per target over ``data`` (each batch's mean weighted by its count of targets),
+    in eval mode, without gradients."""
     device = device or next(model.parameters()).device
-    weight = getattr(loss_fn, "batch_weight", lambda batch: 1)
     total, count = 0.0, 0
     with evaluating(model):
         for batch in _batches(data):
-            n = weight(batch)
             with autocast(device):
-                total += float(loss_fn(model, to_device(batch, device))) * n
-            count += n
+                mean, n = _token_loss(loss_fn(model, to_device(batch, device)), loss_fn)
+            n = int(n)
+            if n:  # a batch with no targets has a NaN mean and adds nothing
+                total += float(mean) * n
+                count += n
     if count == 0:
-        raise ValueError("evaluate got no batches (or no target tokens)")
+        raise ValueError("evaluate got no batches (or no targets)")
     return total / count
 
 
@@ -154,7 +129,8 @@ def fit(
     on_step: Callable | None = None,
     on_epoch: Callable | None = None,
 ) -> History:
-    """Train ``model`` and return its ``History``.
+    """Train ``model`` on ``loss_fn(model, batch) -> (mean, count)`` (any callable: a
+    ``functools.partial`` of a loss too; see ``seqlab.losses``) and return its ``History``.
 
     - ``clip``: clip the global gradient norm to this value (RNNs need it).
     - ``max_steps``: stop after this many optimizer steps in total (FAST mode uses it).
@@ -169,16 +145,15 @@ def fit(
     - On CUDA the forward pass runs under autocast (bfloat16 where the GPU has it natively,
       float16 with a gradient scaler elsewhere); on CPU and MPS in float32.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-    if clip is not None and not clip > 0:
-        raise ValueError(f"clip must be a positive float or None, got {clip!r}")
+    integer("epochs", epochs, 1)
+    if clip is not None:
+        number("clip", clip, 0, low_open=True)
     if patience is not None and valid_data is None:
         raise ValueError("patience (early stopping) needs valid_data to watch")
-    if eval_every is not None and (valid_data is None or not isinstance(eval_every, int)
-                                   or eval_every < 1):
-        raise ValueError(f"eval_every must be an int >= 1 and needs valid_data, got "
-                         f"{eval_every!r}")
+    if eval_every is not None:
+        integer("eval_every", eval_every, 1)
+        if valid_data is None:
+            raise ValueError("eval_every (evaluating every N steps) needs valid_data")
     device = device or get_device()
     model.to(device)
     scaler = grad_scaler(device)
@@ -196,7 +171,7 @@ def fit(
                            disable=not progress, leave=False)
         for batch in bar:
             with autocast(device):
-                loss = loss_fn(model, to_device(batch, device))
+                loss, _ = _token_loss(loss_fn(model, to_device(batch, device)), loss_fn)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             if clip is not None:

@@ -21,14 +21,10 @@ from torch import nn
 from . import decoding
 from .attention import causal_mask, scaled_dot_product_attention
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
-from .train import token_mean
+from .losses import TokenLoss, token_cross_entropy
+from .validate import integer, number
 
 NORMS = ("pre", "post")
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 # ---------------------------------------------------------------------- positions
@@ -36,8 +32,8 @@ def sinusoidal_positions(length: int, d_model: int, dtype=torch.float32) -> torc
     """PE [length, d_model]: PE[pos, 2j] = sin(pos w_j), PE[pos, 2j+1] = cos(pos w_j), with
     w_j = 10000^(-2j/d). Each pair of dimensions is a clock turning at its own speed: the
     smooth version of a binary counter, whose low bits flip fast and high bits slowly."""
-    _check_positive("length", length)
-    _check_positive("d_model", d_model)
+    integer("length", length, 1)
+    integer("d_model", d_model, 1)
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     pos = torch.arange(length, dtype=torch.float64)[:, None]
@@ -55,9 +51,8 @@ def position_shift_matrix(k: int, d_model: int) -> torch.Tensor:
     cos(p w) = cos((p+k) w) cos(k w) + sin((p+k) w) sin(k w). The same M_k works for every
     position, so "k steps back" is a linear map that attention can learn.
     """
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    _check_positive("d_model", d_model)
+    integer("k", k)
+    integer("d_model", d_model, 1)
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     angles = k * 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
@@ -103,12 +98,11 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        _check_positive("d_model", d_model)
-        _check_positive("n_heads", n_heads)
+        integer("d_model", d_model, 1)
+        integer("n_heads", n_heads, 1)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        number("dropout", dropout, 0, 1, high_open=True)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -324,9 +318,9 @@ class TransformerLM(nn.Module):
                  dropout: float = 0.0, d_ff: int | None = None, positions: str = "sinusoidal",
                  pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         super().__init__()
-        _check_positive("vocab_size", vocab_size)
-        _check_positive("n_layers", n_layers)
-        _check_positive("max_len", max_len)
+        integer("vocab_size", vocab_size, 1)
+        integer("n_layers", n_layers, 1)
+        integer("max_len", max_len, 1)
         self.pad_id, self.bos_id, self.eos_id, self.norm = pad_id, bos_id, eos_id, norm
         self.embed = _Embedding(vocab_size, d_model, max_len, positions, dropout, pad_id)
         self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm)
@@ -384,7 +378,7 @@ class TransformerSeq2Seq(nn.Module):
                  dropout: float = 0.0, d_ff: int | None = None, positions: str = "sinusoidal",
                  pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         super().__init__()
-        _check_positive("n_layers", n_layers)
+        integer("n_layers", n_layers, 1)
         self.pad_id, self.bos_id, self.eos_id, self.norm = pad_id, bos_id, eos_id, norm
         self.src_embed = _Embedding(src_vocab_size, d_model, max_len, positions, dropout,
                                     pad_id)
@@ -455,11 +449,8 @@ class TransformerSeq2Seq(nn.Module):
     select = staticmethod(decoding.select_state)
 
 
-@token_mean
-def lm_loss(model: TransformerLM, batch) -> torch.Tensor:
+def lm_loss(model: TransformerLM, batch) -> TokenLoss:
     """Mean cross-entropy per real target token of an (inputs, targets) batch (``lm_batch`` or
-    ``char_lm_batches``); for ``train.fit``."""
+    ``char_lm_batches``), and their count; for ``train.fit``."""
     inputs, targets = batch
-    logits = model(inputs)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                           ignore_index=model.pad_id)
+    return token_cross_entropy(model(inputs), targets, model.pad_id)

@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
+from .validate import integer
+
 
 def _axes(ax, figsize):
     if ax is None:
@@ -263,8 +265,7 @@ def unrolled_rnn(steps: int = 4, ax=None):
     h_1 only through every Jacobian dh_t/dh_{t-1}: a product of T - 1 matrices, which is why the
     gradient vanishes or explodes with distance.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int (time steps T), got {steps!r}")
+    integer("steps", steps, 1)  # time steps T
     T, dx = steps, 2.0
     ax = _canvas(ax, (-0.8, dx * T + 1.6), (-3.0, 2.6),
                  f"RNN unrolled over T = {T} steps: forward (black), gradient of $J_{{{T}}}$ "

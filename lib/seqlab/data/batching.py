@@ -7,9 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
+from ..validate import integer
+from .vocab import PAD_ID
+
 
 def pad_batch(
-    sequences: Sequence[Sequence[int]], pad_id: int = 0
+    sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists to one LongTensor ``[B, T_max]``; also return lengths ``[B]``."""
     if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
@@ -43,8 +46,7 @@ def bucket_batches(
     Indices are sorted by length (random tie-breaking when ``shuffle``), cut into batches, and
     the batch order is shuffled, so every epoch still sees lengths in random order.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    integer("batch_size", batch_size, 1)
     rng = random.Random(seed)
     keys = [rng.random() if shuffle else 0.0 for _ in lengths]
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], keys[i]))
@@ -67,11 +69,9 @@ def lm_windows(
     smaller, a tail shorter than one window is dropped).
     """
     for name, value in (("block_size", block_size), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if n_batches is not None and (isinstance(n_batches, bool) or not isinstance(n_batches, int)
-                                  or n_batches < 1):
-        raise ValueError(f"n_batches must be None or an int >= 1, got {n_batches!r}")
+        integer(name, value, 1)
+    if n_batches is not None:
+        integer("n_batches", n_batches, 1)
     if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, torch.Tensor)):
         raise TypeError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
     stream = torch.as_tensor(ids, dtype=torch.long)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..validate import integer
 from .vocab import SPECIALS
 
 _WORD = re.compile(r"\w+(?:'\w+)*|[^\w\s]", re.UNICODE)
@@ -45,8 +46,7 @@ class SubwordTokenizer:
 
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of str (sentences), got one str")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
-            raise ValueError(f"vocab_size must be an int >= 8, got {vocab_size!r}")
+        integer("vocab_size", vocab_size, 8)
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()

@@ -22,19 +22,15 @@ from itertools import product
 
 import numpy as np
 
+from .. import validate
+
 
 def _check_count(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int (number of samples), got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0 (number of samples), got {n}")
-    return n
+    return validate.integer("n", n, 0)  # the number of samples
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return seed
+    return validate.integer("seed", seed)
 
 
 # ---------------------------------------------------------------------------- toy language
@@ -355,11 +351,9 @@ class ToyTranslation:
     """
 
     def __init__(self, max_clauses: int = 6, p_adj: float = 0.4, p_transitive: float = 0.6):
-        if isinstance(max_clauses, bool) or not isinstance(max_clauses, int) or max_clauses < 1:
-            raise ValueError(f"max_clauses must be an int >= 1, got {max_clauses!r}")
+        validate.integer("max_clauses", max_clauses, 1)
         for name, p in [("p_adj", p_adj), ("p_transitive", p_transitive)]:
-            if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+            validate.number(name, p, 0, 1)  # a probability
         self.max_clauses = max_clauses
         self.p_adj = float(p_adj)
         self.p_transitive = float(p_transitive)
@@ -490,8 +484,7 @@ def sort_task(n: int, seed: int = 0, min_len: int = 1, max_len: int = 10):
 def addition_task(n: int, seed: int = 0, max_digits: int = 2):
     """(source, target) pairs such as ("23 + 45", "68"); join them as "23 + 45 = 68" for an LM."""
     _check_count(n)
-    if isinstance(max_digits, bool) or not isinstance(max_digits, int) or max_digits < 1:
-        raise ValueError(f"max_digits must be an int >= 1, got {max_digits!r}")
+    validate.integer("max_digits", max_digits, 1)
     rng = random.Random(_check_seed(seed))
     top = 10**max_digits - 1
     pairs = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from ..validate import integer
+
 PAD, UNK, BOS, EOS, MASK = "<pad>", "<unk>", "<bos>", "<eos>", "<mask>"
 CLS, SEP = "<cls>", "<sep>"  # BERT's sentence-pair markers (lecture 08), after the first five
 SPECIALS = (PAD, UNK, BOS, EOS, MASK, CLS, SEP)
@@ -33,10 +35,9 @@ class Vocab:
     ) -> Vocab:
         """Count tokens in tokenized ``sentences``; keep those seen ``min_freq`` times or more,
         at most ``max_size`` of them (specials not counted)."""
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"min_freq must be an int >= 1, got {min_freq!r}")
-        if max_size is not None and (not isinstance(max_size, int) or max_size < 0):
-            raise ValueError(f"max_size must be None or an int >= 0, got {max_size!r}")
+        integer("min_freq", min_freq, 1)
+        if max_size is not None:
+            integer("max_size", max_size, 0)
         counts: Counter = Counter()
         for sentence in sentences:
             if isinstance(sentence, str):
