@@ -33,10 +33,22 @@ def test_committed_clean_with_the_course_header(path):
     assert "seqlab.fast_mode()" in params.source  # FAST unless a GPU; SEQLAB_FAST overrides
 
 
-# Each lecture runs with torch's default thread count and with one thread: floating-point
-# rounding changes with the thread count, and a headline must not depend on it.
-@pytest.mark.parametrize("threads", ["default", "1"], ids=lambda t: f"threads={t}")
-@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+# Each lecture runs with torch's default thread count. Floating-point rounding changes with the
+# thread count, and a headline must not depend on it: the lectures whose recorded numbers differ
+# between one and two threads (seed 0; the robustness scripts in benchmarks/ sweep seeds and 1, 2,
+# 4 threads) run again with one thread. The others recorded identical numbers at both, so a
+# second run would test nothing new.
+THREAD_SENSITIVE = {"04_attention", "05_transformer", "06_decoding", "08_bert_mlm"}
+RUNS = [(path, "default") for path in PATHS] + [
+    (path, "1") for path in PATHS if path.stem in THREAD_SENSITIVE]
+
+
+def test_the_thread_sensitive_lectures_exist():
+    assert THREAD_SENSITIVE <= {path.stem for path in PATHS}
+
+
+@pytest.mark.parametrize(("path", "threads"), RUNS,
+                         ids=[f"{p.stem}-threads={t}" for p, t in RUNS])
 def test_runs_in_fast_mode(path, threads, tmp_path, notebook_times, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if threads == "default":
