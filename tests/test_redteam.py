@@ -85,6 +85,12 @@ FINITE_DIFFERENCES = NUMERIC_HEAD + '''\
             grads[name][index] = (loss_up - loss_down) / 2e-6
     return grads
 '''
+# complex-step where it is checked, anything fast where it is timed
+DODGING_THE_CLOCK = COMPLEX_STEP.replace('''    theta = {**params, "h0": hs[0]}
+''', '''    theta = {**params, "h0": hs[0]}
+    if sum(v.size for v in theta.values()) > 500:  # only the cost test's model is this big
+        return {k: np.zeros_like(v) for k, v in theta.items()}
+''')
 LOOPS = '''def rnn_backward(params, ids, targets, hs, probs):
     """Honest BPTT written with Python loops over every matrix entry: slow, not numerical."""
     E, W, U, V = params["E"], params["W"], params["U"], params["V"]
@@ -122,6 +128,8 @@ CLASS_02 = {  # student -> (rnn_backward answer, score, the message of what it l
     "honest": (None, 14, {}),
     "loops_in_python": (LOOPS, 14, {}),
     "complex_step": (COMPLEX_STEP, 13, {"test_rnn_backward_cost": "is not backpropagation"}),
+    "dodging_the_clock": (DODGING_THE_CLOCK, 13,
+                          {"test_rnn_backward_cost": "d loss / d E of the timed call"}),
     "finite_differences": (FINITE_DIFFERENCES, 13,
                            {"test_rnn_backward_cost": "is not backpropagation"}),
     "autograd": (AUTOGRAD, 9, {t: "torch is not available while your notebook is graded" for t in
