@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from test_hostile import cell_of
+from test_hostile import cell_of, with_cell
 
 from autograder.authoring.course import source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
@@ -194,6 +194,27 @@ def test_a_module_value_never_makes_the_grader_import_the_students_file(tmp_path
     assert (rows["mallory"]["status"], float(rows["mallory"]["score"])) == ("graded", 15)
     assert "test_perplexity" in rows["mallory"]["message"]
     assert "should be a float, got module" in rows["mallory"]["message"]
+
+
+MALFORMED = '''import gc
+
+for _runner in [o for o in gc.get_objects() if type(o).__name__ == "Runner"]:
+    def _encode(x, depth=0, _real=_runner.encode):  # every function crosses as a set of lists
+        return {"__set__": [[1], [2]]} if depth == 0 and callable(x) else _real(x, depth)
+    _runner.encode = _encode
+'''
+
+
+def test_a_malformed_value_is_the_students_row_not_a_grader_failure(tmp_path):
+    """The runner is the student's process: patched, it sends what no encoder would (a set of
+    lists, unhashable here). That is the student's connection broken (``crashed``), not a
+    grading worker that raised (``error``, "please report") and had to be replaced."""
+    rows, _ = graded(tmp_path, A01, {"mallory": with_cell(notebook(A01), "imports", MALFORMED),
+                                     "alice": notebook(A01)})
+    assert (rows["alice"]["status"], rows["alice"]["score"]) == ("graded", 18)
+    assert (rows["mallory"]["status"], rows["mallory"]["score"]) == ("crashed", 0), rows
+    assert "broke the grader's connection to it (the sandbox sent a malformed value " \
+           "(TypeError))" in rows["mallory"]["message"]
 
 
 # ------------------------------------------------- 06: beam search must not list every output

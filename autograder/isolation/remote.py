@@ -302,23 +302,32 @@ class Session:
         raise RuntimeError(f"your code raised {name}: {value}")
 
     # --- plain data ---------------------------------------------------------------------
-    def decode(self, x, depth: int = 0):
+    def decode(self, x):
+        """``x`` as plain data; anything malformed (a set of lists, an array whose bytes do not
+        fit its shape) is a ProtocolError, this student's alone, never a grader failure."""
+        try:
+            return self._decode(x)
+        except (ValueError, TypeError, KeyError, OverflowError) as err:
+            raise ProtocolError(f"the sandbox sent a malformed value ({type(err).__name__})") \
+                from None
+
+    def _decode(self, x, depth: int = 0):
         if depth > 40:
             raise ProtocolError("value nested too deeply")
         if x is None or type(x) in (bool, int, float, str):
             return x
         if type(x) is list:
-            return [self.decode(v, depth + 1) for v in x]
+            return [self._decode(v, depth + 1) for v in x]
         if type(x) is not dict or not x:
             raise ProtocolError("unexpected value")
         tag = next(iter(x))
         body = x[tag]
         if tag == "__tuple__":
-            return tuple(self.decode(body, depth + 1))
+            return tuple(self._decode(body, depth + 1))
         if tag == "__set__":
-            return set(self.decode(body, depth + 1))
+            return set(self._decode(body, depth + 1))
         if tag == "__dict__":
-            pairs = {self._key(self.decode(k, depth + 1)): self.decode(v, depth + 1)
+            pairs = {self._key(self._decode(k, depth + 1)): self._decode(v, depth + 1)
                      for k, v in body}
             return DICTS.get(x.get("type"), dict)(pairs)
         if tag == "__int__" and type(body) is str and len(body) < 5000:
