@@ -217,6 +217,36 @@ def test_a_malformed_value_is_the_students_row_not_a_grader_failure(tmp_path):
            "(TypeError))" in rows["mallory"]["message"]
 
 
+# ------------------------------------ the grader's functions, called back with sizes chosen
+A07 = "07_bleu"
+SIZED_BY_THE_STUDENT = '''from collections import Counter
+
+
+def max_ref_counts(refs_tokens, n, *, parts=None):
+    """Right, but first asks the grader's ngrams for 10**7 empty n-grams (n = -10**7)."""
+    (get_ngrams,) = parts or (ngrams,)
+    if parts:
+        get_ngrams([], -10**7)
+    best = Counter()
+    for ref in refs_tokens:
+        for gram, count in Counter(get_ngrams(ref, n)).items():
+            best[gram] = max(best[gram], count)
+    return best
+'''
+
+
+def test_a_reference_part_refuses_work_sized_by_the_student(tmp_path):
+    """A reference part runs in the grader, outside every sandbox limit: called back with
+    n = -10**10 the grader's ngrams would build 10**10 empty tuples (80 GB). Parts check
+    the sizes they are given, and a call back gets only its test's time in any case."""
+    rows, out = graded(tmp_path, A07, {"mallory": notebook(A07, max_ref_counts=
+                                                           SIZED_BY_THE_STUDENT)})
+    assert (rows["mallory"]["status"], rows["mallory"]["score"]) == ("graded", 11), rows
+    failed = {t: r["message"] for t, r in feedback(out, "mallory").items() if not r["passed"]}
+    assert list(failed) == ["test_max_ref_counts"]
+    assert "ValueError: n should be at least 1, got -10000000" in failed["test_max_ref_counts"]
+
+
 # ------------------------------------------------- 06: beam search must not list every output
 A06 = "06_decoding"
 BEAM_HEAD = '''import math
