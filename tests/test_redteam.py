@@ -217,6 +217,20 @@ def test_a_malformed_value_is_the_students_row_not_a_grader_failure(tmp_path):
            "(TypeError))" in rows["mallory"]["message"]
 
 
+def test_a_lone_surrogate_neither_costs_the_row_nor_hides_a_copy_from_the_report(tmp_path):
+    """JSON can escape half a UTF-16 pair ("\\ud800"), which UTF-8 cannot write: in a copied
+    answer's comment it made the similarity report fail for the whole class ("not checked"
+    for everyone, the copy included), and the student's own row an error."""
+    copied = notebook(A01)
+    cell_of(copied, "perplexity")["source"] += "\n# caf\ud800\n"
+    rows, out = graded(tmp_path, A01, {"mallory": copied, "alice": notebook(A01)})
+    for student, other in (("mallory", "alice"), ("alice", "mallory")):
+        row = rows[student]
+        assert (row["status"], row["score"]) == ("graded", 18), row
+        assert f"perplexity: {other} 1.00" in row["flags"], row["flags"]
+    assert "mallory,perplexity,alice" in (out / "similarity.csv").read_text()
+
+
 # ------------------------------------ the grader's functions, called back with sizes chosen
 A07 = "07_bleu"
 SIZED_BY_THE_STUDENT = '''from collections import Counter
