@@ -16,6 +16,7 @@ import pytest
 from test_hostile import cell_of, with_cell
 
 from autograder.authoring.course import source_notebook
+from autograder.intake.normalize import plan
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 
@@ -229,6 +230,28 @@ def test_a_lone_surrogate_neither_costs_the_row_nor_hides_a_copy_from_the_report
         assert (row["status"], row["score"]) == ("graded", 18), row
         assert f"perplexity: {other} 1.00" in row["flags"], row["flags"]
     assert "mallory,perplexity,alice" in (out / "similarity.csv").read_text()
+
+
+COLAB_PLUMBING = ("from google.colab import drive\ndrive.mount('/content/drive')\nimport sys\n"
+                  "sys.path.append('/content/drive/MyDrive/{0}')\n%cd /content/drive/MyDrive/{0}\n"
+                  "!pip install -q seqlab\n")
+
+
+def test_colab_plumbing_two_students_both_added_is_not_a_shared_answer(tmp_path):
+    """Cells Colab's snippets add (mount Drive, cd there, pip install) are alike in every
+    notebook saved there; their shell and magic lines made two honest students a pair at
+    1.00. Only Python counts."""
+    from autograder.intake.normalize import read_notebook
+    from autograder.scoring import similarity
+
+    master, answers = read_notebook(source_notebook(A01)), {}
+    for student in ("ana", "ben"):
+        saved = tmp_path / f"{student}.ipynb"
+        saved.write_text(json.dumps(with_cell(notebook(A01), "imports",
+                                              COLAB_PLUMBING.format(student))))
+        answers[student] = similarity.answers(plan(master, read_notebook(saved)))
+    matches = similarity.compare(answers, library={}, given=similarity.release_code(master))
+    assert [(m.student_id, m.cell) for m in matches if m.cell == similarity.ADDED] == []
 
 
 # ------------------------------------ the grader's functions, called back with sizes chosen
