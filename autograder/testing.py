@@ -26,6 +26,8 @@ import torch
 
 from .checks import expect_float, own_work
 
+MAX_ELEMENTS = 10**5  # a reference part refuses larger tensors: it runs on the grader's time
+
 # ------------------------------------------------------------- 02: RNN language model
 
 
@@ -44,13 +46,28 @@ def rnn_forward(params: dict, ids, targets, h0):
     return np.stack(hs), np.stack(probs), float(np.mean(nll))
 
 
+def rnn_gradients(params: dict, ids, targets, h0) -> dict:
+    """The gradients of ``rnn_forward``'s mean loss by torch's autograd, an independent
+    reference: one array per parameter and for ``h0``."""
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    th0 = torch.tensor(h0, requires_grad=True)
+    h, total = th0, 0.0
+    for x, y in zip(ids, targets):
+        h = torch.tanh(tp["W"] @ tp["E"][int(x)] + tp["U"] @ h + tp["b"])
+        total = total - torch.log_softmax(tp["V"] @ h + tp["c"], 0)[int(y)]
+    (total / len(ids)).backward()
+    return {**{k: v.grad.numpy() for k, v in tp.items()}, "h0": th0.grad.numpy()}
+
+
 # ------------------------------------------------------------------- 05: Transformer
-MAX_ELEMENTS = 10**5  # a reference part refuses larger tensors: it runs on the grader's time
 
 
 def _modest(*tensors) -> None:
+    """Each tensor at most MAX_ELEMENTS elements, counting an empty axis as one: the parts
+    loop over axes, so a [0, 10**9] tensor would cost as much as a full one."""
     for t in tensors:
-        if t is not None and (type(t) is not torch.Tensor or t.numel() > MAX_ELEMENTS):
+        if t is not None and (type(t) is not torch.Tensor or
+                              math.prod(max(n, 1) for n in t.shape) > MAX_ELEMENTS):
             raise TypeError(f"expected a torch.Tensor of at most {MAX_ELEMENTS} elements")
 
 
@@ -185,6 +202,11 @@ def random_model(seed, vocab: int, eos_bias: float = 0.0, max_rows: int | None =
 
     def select(state, indices):
         indices = torch.as_tensor(indices, dtype=torch.long)
+        for value in state.values():  # repeating rows multiplies them: bound the result
+            if type(value) is not torch.Tensor or \
+                    indices.numel() * math.prod(value.shape[1:]) > MAX_ELEMENTS:
+                raise ValueError(f"model.select expects a state of tensors and indices that "
+                                 f"select at most {MAX_ELEMENTS} elements of each")
         return {key: value[indices] for key, value in state.items()}
 
     model = SimpleNamespace(bos_id=BOS, eos_id=EOS, start=start, step=step, select=select)
@@ -308,6 +330,8 @@ def ngrams(tokens, n):
     """Reference part: the n-grams (tuples) of a list of tokens, in order."""
     if type(tokens) not in (list, tuple) or type(n) is not int:
         raise TypeError("expected a list of tokens and an int n")
+    if n < 1:  # a negative n would make len(tokens) - n + 1 empty n-grams
+        raise ValueError(f"n should be at least 1, got {n}")
     return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 

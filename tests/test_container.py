@@ -10,8 +10,9 @@ used (one submission per container on Gradescope; a course's own image in Docker
   internet from their own laptop anyway;
 - world-readable system files (/etc/passwd, the Python environment): public knowledge; the
   grader's own files are checked unreadable before grading, or the run refuses;
-- world-writable places (/tmp, /dev/shm), within the file-size rlimit: in a one-submission
-  container they hold nobody else's work.
+- world-writable places (/tmp, /dev/shm), within the file-size rlimit, while the sandbox runs:
+  what its uid left there is removed when it stops, before another student's sandbox may get
+  that uid (``test_hostile.py``).
 """
 
 import json

@@ -59,3 +59,22 @@ def test_a_module_crosses_as_an_opaque_handle_never_as_an_import(tmp_path, monke
     import sys
 
     assert "planted" not in sys.modules
+
+
+def test_a_grader_function_called_back_stops_at_the_time_left_to_the_request():
+    """Student code can call back a function of the grader's (a reference part, a model's
+    step) with arguments it chooses; that runs in the grader, where no sandbox limit holds,
+    so it gets only the time left to the request it serves."""
+    import time
+
+    def slow():
+        while True:
+            sum(range(1000))
+
+    session = Session.__new__(Session)
+    session.callbacks = {"0": slow}
+    start = time.monotonic()
+    reply = session._run_callback({"id": "0", "args": [], "kwargs": {"__dict__": []}},
+                                  start + 0.5)
+    assert reply[:2] == ("error", "TimeoutError") and "ran past" in reply[2]
+    assert time.monotonic() - start < 5

@@ -499,3 +499,35 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
     assert result["status"] == "graded"
     assert "MemoryError" in result["message"]
     assert sum(t["points"] for t in result["tests"]) == FULL
+
+
+LEAVES_FILES = '''import os
+for place in ("/tmp", "/var/tmp", "/dev/shm"):
+    try:
+        os.makedirs(os.path.join(place, "seqlab-left-behind", "inner"), exist_ok=True)
+        with open(os.path.join(place, "seqlab-left-behind-file"), "w") as handle:
+            handle.write("for whoever gets this uid next")
+    except OSError as err:
+        print(place, type(err).__name__)
+'''
+
+
+def test_a_sandbox_leaves_nothing_in_places_anyone_may_write(tmp_path, course):
+    """The uid fallback has no private /tmp: what a sandbox writes to /tmp, /var/tmp or
+    /dev/shm would outlive it, for the next sandbox of its uid (another student's, two
+    submissions later in the same worker) to read, and for the disk to keep. Stopping a
+    sandbox removes it (bubblewrap's are private tmpfs anyway)."""
+    from autograder.intake.normalize import plan, read_notebook
+    from autograder.isolation.sandbox import Sandbox, support_folder
+    from autograder.scoring.execute import grade_steps
+
+    left = [os.path.join(p, n) for p in ("/tmp", "/var/tmp", "/dev/shm")
+            for n in ("seqlab-left-behind", "seqlab-left-behind-file")]
+    assert not any(os.path.lexists(p) for p in left), "left from an earlier run"
+    submitted = tmp_path / "hw.ipynb"
+    submitted.write_text(json.dumps(with_cell(solution(), "imports", LEAVES_FILES)))
+    sandbox = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
+    result = grade_steps(plan(read_notebook(source_notebook(A, course)),
+                              read_notebook(submitted)), sandbox, f"{os.getpid()}-0")
+    assert sum(t["points"] for t in result["tests"]) == FULL, result["message"]
+    assert [p for p in left if os.path.lexists(p)] == []

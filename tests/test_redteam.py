@@ -13,9 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from test_hostile import cell_of
+from test_hostile import cell_of, with_cell
 
 from autograder.authoring.course import source_notebook
+from autograder.intake.normalize import plan
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 
@@ -85,6 +86,12 @@ FINITE_DIFFERENCES = NUMERIC_HEAD + '''\
             grads[name][index] = (loss_up - loss_down) / 2e-6
     return grads
 '''
+# complex-step where it is checked, anything fast where it is timed
+DODGING_THE_CLOCK = COMPLEX_STEP.replace('''    theta = {**params, "h0": hs[0]}
+''', '''    theta = {**params, "h0": hs[0]}
+    if sum(v.size for v in theta.values()) > 500:  # only the cost test's model is this big
+        return {k: np.zeros_like(v) for k, v in theta.items()}
+''')
 LOOPS = '''def rnn_backward(params, ids, targets, hs, probs):
     """Honest BPTT written with Python loops over every matrix entry: slow, not numerical."""
     E, W, U, V = params["E"], params["W"], params["U"], params["V"]
@@ -122,6 +129,8 @@ CLASS_02 = {  # student -> (rnn_backward answer, score, the message of what it l
     "honest": (None, 14, {}),
     "loops_in_python": (LOOPS, 14, {}),
     "complex_step": (COMPLEX_STEP, 13, {"test_rnn_backward_cost": "is not backpropagation"}),
+    "dodging_the_clock": (DODGING_THE_CLOCK, 13,
+                          {"test_rnn_backward_cost": "d loss / d E of the timed call"}),
     "finite_differences": (FINITE_DIFFERENCES, 13,
                            {"test_rnn_backward_cost": "is not backpropagation"}),
     "autograd": (AUTOGRAD, 9, {t: "torch is not available while your notebook is graded" for t in
@@ -186,6 +195,93 @@ def test_a_module_value_never_makes_the_grader_import_the_students_file(tmp_path
     assert (rows["mallory"]["status"], float(rows["mallory"]["score"])) == ("graded", 15)
     assert "test_perplexity" in rows["mallory"]["message"]
     assert "should be a float, got module" in rows["mallory"]["message"]
+
+
+MALFORMED = '''import gc
+
+for _runner in [o for o in gc.get_objects() if type(o).__name__ == "Runner"]:
+    def _encode(x, depth=0, _real=_runner.encode):  # every function crosses as a set of lists
+        return {"__set__": [[1], [2]]} if depth == 0 and callable(x) else _real(x, depth)
+    _runner.encode = _encode
+'''
+
+
+def test_a_malformed_value_is_the_students_row_not_a_grader_failure(tmp_path):
+    """The runner is the student's process: patched, it sends what no encoder would (a set of
+    lists, unhashable here). That is the student's connection broken (``crashed``), not a
+    grading worker that raised (``error``, "please report") and had to be replaced."""
+    rows, _ = graded(tmp_path, A01, {"mallory": with_cell(notebook(A01), "imports", MALFORMED),
+                                     "alice": notebook(A01)})
+    assert (rows["alice"]["status"], rows["alice"]["score"]) == ("graded", 18)
+    assert (rows["mallory"]["status"], rows["mallory"]["score"]) == ("crashed", 0), rows
+    assert "broke the grader's connection to it (the sandbox sent a malformed value " \
+           "(TypeError))" in rows["mallory"]["message"]
+
+
+def test_a_lone_surrogate_neither_costs_the_row_nor_hides_a_copy_from_the_report(tmp_path):
+    """JSON can escape half a UTF-16 pair ("\\ud800"), which UTF-8 cannot write: in a copied
+    answer's comment it made the similarity report fail for the whole class ("not checked"
+    for everyone, the copy included), and the student's own row an error."""
+    copied = notebook(A01)
+    cell_of(copied, "perplexity")["source"] += "\n# caf\ud800\n"
+    rows, out = graded(tmp_path, A01, {"mallory": copied, "alice": notebook(A01)})
+    for student, other in (("mallory", "alice"), ("alice", "mallory")):
+        row = rows[student]
+        assert (row["status"], row["score"]) == ("graded", 18), row
+        assert f"perplexity: {other} 1.00" in row["flags"], row["flags"]
+    assert "mallory,perplexity,alice" in (out / "similarity.csv").read_text()
+
+
+COLAB_PLUMBING = ("from google.colab import drive\ndrive.mount('/content/drive')\nimport sys\n"
+                  "sys.path.append('/content/drive/MyDrive/{0}')\n%cd /content/drive/MyDrive/{0}\n"
+                  "!pip install -q seqlab\n")
+
+
+def test_colab_plumbing_two_students_both_added_is_not_a_shared_answer(tmp_path):
+    """Cells Colab's snippets add (mount Drive, cd there, pip install) are alike in every
+    notebook saved there; their shell and magic lines made two honest students a pair at
+    1.00. Only Python counts."""
+    from autograder.intake.normalize import read_notebook
+    from autograder.scoring import similarity
+
+    master, answers = read_notebook(source_notebook(A01)), {}
+    for student in ("ana", "ben"):
+        saved = tmp_path / f"{student}.ipynb"
+        saved.write_text(json.dumps(with_cell(notebook(A01), "imports",
+                                              COLAB_PLUMBING.format(student))))
+        answers[student] = similarity.answers(plan(master, read_notebook(saved)))
+    matches = similarity.compare(answers, library={}, given=similarity.release_code(master))
+    assert [(m.student_id, m.cell) for m in matches if m.cell == similarity.ADDED] == []
+
+
+# ------------------------------------ the grader's functions, called back with sizes chosen
+A07 = "07_bleu"
+SIZED_BY_THE_STUDENT = '''from collections import Counter
+
+
+def max_ref_counts(refs_tokens, n, *, parts=None):
+    """Right, but first asks the grader's ngrams for 10**7 empty n-grams (n = -10**7)."""
+    (get_ngrams,) = parts or (ngrams,)
+    if parts:
+        get_ngrams([], -10**7)
+    best = Counter()
+    for ref in refs_tokens:
+        for gram, count in Counter(get_ngrams(ref, n)).items():
+            best[gram] = max(best[gram], count)
+    return best
+'''
+
+
+def test_a_reference_part_refuses_work_sized_by_the_student(tmp_path):
+    """A reference part runs in the grader, outside every sandbox limit: called back with
+    n = -10**10 the grader's ngrams would build 10**10 empty tuples (80 GB). Parts check
+    the sizes they are given, and a call back gets only its test's time in any case."""
+    rows, out = graded(tmp_path, A07, {"mallory": notebook(A07, max_ref_counts=
+                                                           SIZED_BY_THE_STUDENT)})
+    assert (rows["mallory"]["status"], rows["mallory"]["score"]) == ("graded", 11), rows
+    failed = {t: r["message"] for t, r in feedback(out, "mallory").items() if not r["passed"]}
+    assert list(failed) == ["test_max_ref_counts"]
+    assert "ValueError: n should be at least 1, got -10000000" in failed["test_max_ref_counts"]
 
 
 # ------------------------------------------------- 06: beam search must not list every output

@@ -30,11 +30,13 @@ class Step:
 
 
 def _text(source) -> str:
-    if isinstance(source, str):
-        return source
+    """A cell's source as text that UTF-8 can write: JSON may escape a lone surrogate
+    ("\\ud800"), which no file, report or kernel downstream could encode; it becomes "?"."""
     if isinstance(source, list) and all(isinstance(s, str) for s in source):
-        return "".join(source)
-    raise ValueError("a cell's source is neither text nor a list of lines")
+        source = "".join(source)
+    if not isinstance(source, str):
+        raise ValueError("a cell's source is neither text nor a list of lines")
+    return source.encode("utf-8", "replace").decode("utf-8")
 
 
 def read_notebook(path: Path) -> dict:

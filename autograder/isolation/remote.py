@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import io
 import json
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
+import threading
 import time
 import types
 from collections import Counter, OrderedDict
@@ -68,6 +71,32 @@ def call_under_rules(target: StudentObject, args, kwargs, forbidden: tuple[str, 
                              f"sandbox ({session.attention}), so this answer cannot be graded; "
                              "please tell your instructor")
     return session.call(target, args, kwargs)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise TimeoutError in the grader's own code after ``seconds`` (a timer signal, so only
+    in the main thread, where grading workers run; elsewhere the request's deadline alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if seconds <= 0:
+        raise TimeoutError("no time was left for the grader's function")
+
+    def expire(signum, frame):
+        raise TimeoutError(f"the grader's function ran past the {seconds:.3g} s left to the "
+                           "test")
+
+    outer, start = signal.getitimer(signal.ITIMER_REAL)[0], time.monotonic()  # a nested call
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer else seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
 
 
 class ProtocolError(Exception):
@@ -227,13 +256,17 @@ class Session:
             reply = self._receive(deadline)
             if reply.get("op") != "callback":
                 return reply
-            self._send(self._run_callback(reply))
+            self._send(self._run_callback(reply, deadline))
 
-    def _run_callback(self, reply: dict):
+    def _run_callback(self, reply: dict, deadline: float):
+        """Run the grader's function that student code called back, on the time left to the
+        request that code serves: it runs here, where no sandbox limit stops it."""
         try:
             fn = self.callbacks[reply["id"]]
             args, kwargs = self.decode(reply["args"]), self.decode(reply["kwargs"])
-            return ("ok", self._pickle(fn(*args, **kwargs)))
+            with _time_limit(deadline - time.monotonic()):
+                value = fn(*args, **kwargs)
+            return ("ok", self._pickle(value))
         except Exception as exc:
             return ("error", type(exc).__name__, str(exc))
 
@@ -302,23 +335,32 @@ class Session:
         raise RuntimeError(f"your code raised {name}: {value}")
 
     # --- plain data ---------------------------------------------------------------------
-    def decode(self, x, depth: int = 0):
+    def decode(self, x):
+        """``x`` as plain data; anything malformed (a set of lists, an array whose bytes do not
+        fit its shape) is a ProtocolError, this student's alone, never a grader failure."""
+        try:
+            return self._decode(x)
+        except (ValueError, TypeError, KeyError, OverflowError) as err:
+            raise ProtocolError(f"the sandbox sent a malformed value ({type(err).__name__})") \
+                from None
+
+    def _decode(self, x, depth: int = 0):
         if depth > 40:
             raise ProtocolError("value nested too deeply")
         if x is None or type(x) in (bool, int, float, str):
             return x
         if type(x) is list:
-            return [self.decode(v, depth + 1) for v in x]
+            return [self._decode(v, depth + 1) for v in x]
         if type(x) is not dict or not x:
             raise ProtocolError("unexpected value")
         tag = next(iter(x))
         body = x[tag]
         if tag == "__tuple__":
-            return tuple(self.decode(body, depth + 1))
+            return tuple(self._decode(body, depth + 1))
         if tag == "__set__":
-            return set(self.decode(body, depth + 1))
+            return set(self._decode(body, depth + 1))
         if tag == "__dict__":
-            pairs = {self._key(self.decode(k, depth + 1)): self.decode(v, depth + 1)
+            pairs = {self._key(self._decode(k, depth + 1)): self._decode(v, depth + 1)
                      for k, v in body}
             return DICTS.get(x.get("type"), dict)(pairs)
         if tag == "__int__" and type(body) is str and len(body) < 5000:

@@ -455,8 +455,36 @@ def uid_for(name: str) -> int:
 
 
 def _kill_uid(uid: int) -> None:
-    """Kill every process of ``uid`` (as that uid: kill -1 reaches only its own)."""
+    """Kill every process of ``uid`` (as that uid: kill -1 reaches only its own), then remove
+    what it left in the places every user may write: there the next sandbox given this uid,
+    another student's, would find it (and the disk would keep it)."""
     subprocess.run(as_uid(uid) + ["kill", "-KILL", "-1"], capture_output=True)
+    for place in SHARED_WRITABLE:
+        _remove_owned(Path(place), uid)
+
+
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
+
+
+def _remove_owned(folder: Path, uid: int, depth: int = 0) -> None:
+    """Remove what ``uid`` owns in ``folder``, and in the folders there that anyone may write
+    (/tmp/.X11-unix), never following a symbolic link."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002 and depth < 4:
+                _remove_owned(Path(entry.path), uid, depth + 1)
+        except OSError:
+            pass
 
 
 def support_folder(out: Path, isolation: Isolation) -> Path:

@@ -101,10 +101,21 @@ def answers(steps) -> dict[str, str]:
     ``ADDED``. Exactly the code that ran when graded."""
     out: dict[str, str] = {}
     for step in steps:
-        if step.kind == "code" and step.source.strip():
+        source = _python_lines(step.source)
+        if step.kind == "code" and source.strip():
             key = step.grade_id or ADDED
-            out[key] = out.get(key, "") + step.source + "\n"
+            out[key] = out.get(key, "") + source + "\n"
     return out
+
+
+def _python_lines(source: str) -> str:
+    """``source`` without shell and magic lines (``!pip install``, ``%cd``, a ``%%bash`` cell):
+    notebook plumbing that many students add alike (from Colab's snippets), never evidence;
+    grading skips most of it too."""
+    if source.lstrip().startswith("%%"):
+        return ""
+    return "\n".join(line for line in source.splitlines()
+                     if not line.lstrip().startswith(("!", "%")))
 
 
 def answers_of(master: dict, notebook: Path | None) -> dict[str, str]:
