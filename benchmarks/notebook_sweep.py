@@ -3,7 +3,8 @@ scripts that check a whole notebook's conclusions).
 
 Each run executes the notebook in FAST mode in a fresh process through the course's own runner
 (``seqlab.course.run_notebook``), with ``SEED = s`` added to its parameters cell and
-``OMP_NUM_THREADS=n`` in the kernel's environment (torch's thread count). Every cell runs even
+``OMP_NUM_THREADS=n`` in the kernel's environment (torch's thread count; idle OpenMP threads
+sleep, ``OMP_WAIT_POLICY=PASSIVE``, since runs share the cores). Every cell runs even
 after a failed assertion, so one run reports every conclusion that did not hold (cell and line).
 """
 
@@ -28,7 +29,8 @@ def one_run(notebook: Path, seed: int, threads: int, out: Path) -> dict:
     from seqlab.course import run_notebook
 
     seconds = run_notebook(notebook, out, timeout=3600, parameters=f"SEED = {seed}",
-                           env={"OMP_NUM_THREADS": str(threads)}, allow_errors=True)
+                           env={"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"},
+                           allow_errors=True)
     failures = []
     for index, cell in enumerate(nbformat.read(out / notebook.name, as_version=4).cells):
         for output in cell.get("outputs", []):

@@ -28,7 +28,7 @@ def _lecture(folder: Path) -> Path:
         "import os\nimport seqlab\n"
         "seqlab.record('seed', SEED)\n"
         "seqlab.record('fast', os.environ['SEQLAB_FAST'])\n"
-        "seqlab.record('omp_wait_policy', os.environ['OMP_WAIT_POLICY'])\n"
+        "seqlab.record('omp_wait_policy', os.environ.get('OMP_WAIT_POLICY', 'unset'))\n"
         "seqlab.record('extra', os.environ.get('COURSE_TEST_EXTRA', 'unset'))\n"
         "seqlab.record('module', seqlab.__file__)")]
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def test_installed_runner_runs_the_lectures_it_is_pointed_at(installed, tmp_path
     assert "01_tiny.ipynb:" in done.stdout
     records = json.loads((tmp_path / "executed" / "results" / "01_tiny.json").read_text())
     assert Path(records["module"]).resolve().is_relative_to(venv.resolve())  # not the checkout
-    assert records["fast"] == "1" and records["omp_wait_policy"] == "PASSIVE"
+    assert records["fast"] == "1"
 
 
 @pytest.mark.parametrize("args", [[], ["--notebooks", "nowhere"]], ids=["default", "missing"])
