@@ -1,7 +1,7 @@
 """Do lecture 08's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/08_bert_mlm.ipynb`` in FAST mode for each seed and torch thread count: the
-parameters cell gets ``SEED = s`` and a cell after it calls ``torch.set_num_threads(n)``. The
+parameters cell gets ``SEED = s`` and its kernel ``OMP_NUM_THREADS=n``. The
 notebook asserts every conclusion it draws (the masking proportions; an encoder without the
 causal mask goes below the toy language's entropy; BERT's fill-in-the-blank top-1 accuracy
 within 3 points of the exact posterior's, its expected accuracy at or below the Bayes ceiling

@@ -1,7 +1,7 @@
 """Do lecture 06's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/06_decoding.ipynb`` in FAST mode for each seed and torch thread count: the
-parameters cell gets ``SEED = s`` and a cell after it calls ``torch.set_num_threads(n)``. The
+parameters cell gets ``SEED = s`` and its kernel ``OMP_NUM_THREADS=n``. The
 notebook asserts every conclusion it draws, so a run that finishes is a run where all of them
 held; a run that fails names the line. From each run's recorded numbers this prints the
 quantities the main conclusions rest on, per run, then the worst case of each against the

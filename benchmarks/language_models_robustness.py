@@ -1,7 +1,7 @@
 """Do lecture 01's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/01_language_models.ipynb`` in FAST mode for each seed and torch thread count (the
-parameters cell gets ``SEED = s``, a cell after it ``torch.set_num_threads(n)``). The n-gram
+parameters cell gets ``SEED = s``, its kernel ``OMP_NUM_THREADS=n``). The n-gram
 results on Tiny Shakespeare are counts, the same in every run; what a seed can move is the
 feed-forward LM, which the notebook asserts beats every n-gram model on the toy language while
 staying above the true model. A run that finishes held every assertion; a failing run names the

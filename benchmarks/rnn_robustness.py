@@ -1,7 +1,7 @@
 """Do lecture 02's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/02_rnn_backprop.ipynb`` in FAST mode for each seed and torch thread count (the
-parameters cell gets ``SEED = s``, a cell after it ``torch.set_num_threads(n)``). The notebook
+parameters cell gets ``SEED = s``, its kernel ``OMP_NUM_THREADS=n``). The notebook
 asserts its conclusions (79 steps back, both untrained gradients are below 1e-10 of the last
 step's, the trained tanh RNN's below 1e-8, and the trained LSTM's more than 1e3 times larger but
 below 1e-2; the LSTM gets subject-verb agreement across a relative clause right more than 90% of

@@ -1,7 +1,7 @@
 """Do lecture 03's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/03_seq2seq.ipynb`` in FAST mode for each seed and torch thread count (the
-parameters cell gets ``SEED = s``, a cell after it ``torch.set_num_threads(n)``). The notebook
+parameters cell gets ``SEED = s``, its kernel ``OMP_NUM_THREADS=n``). The notebook
 asserts its conclusions (the FAST model is undertrained, with a final training loss between 0.8
 and 1.3; one own mistake raises the loss of the next gold word by more than 2 nats, and of the
 words after it by more than 0.1; without attention the shortest sources score more than 20 BLEU

@@ -1,7 +1,7 @@
 """Do lecture 05's conclusions hold for every seed and thread count? (printed, never asserted)
 
 Runs ``notebooks/05_transformer.ipynb`` in FAST mode for each seed and torch thread count: the
-parameters cell gets ``SEED = s`` and a cell after it calls ``torch.set_num_threads(n)``. The
+parameters cell gets ``SEED = s`` and its kernel ``OMP_NUM_THREADS=n``. The
 notebook asserts every conclusion it draws (pre-LN trains where post-LN without warmup ends more
 than 1 nat behind, nearer the unigram loss than the floor, after first falling below the
 unigram level and climbing back by more than 0.1 nats, and post-LN with warmup trains; the
