@@ -1,4 +1,5 @@
 import os
+import shutil
 import socket
 import threading
 from http.server import ThreadingHTTPServer
@@ -66,3 +67,14 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("notebook FAST times (goal: 00_setup < 30 s, lectures < 90 s)")
         for name, seconds in sorted(_NOTEBOOK_TIMES.items()):
             terminalreporter.write_line(f"{name:48s} {seconds:6.1f} s")
+
+
+@pytest.fixture(scope="module")
+def private_course(tmp_path_factory):
+    """A copy of the course only root may read, as the uid fallback requires before grading."""
+    from autograder.authoring.course import COURSE
+
+    copy = tmp_path_factory.mktemp("course") / "assignments"
+    shutil.copytree(COURSE, copy)
+    copy.chmod(0o700)
+    return copy

@@ -43,14 +43,6 @@ if os.geteuid() == 0 and not uid_problem():
     ISOLATIONS["uid"] = Isolation(UID, "forced by the test")
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    copy = tmp_path_factory.mktemp("course") / "assignments"
-    shutil.copytree(COURSE, copy)
-    copy.chmod(0o700)
-    return copy
-
-
 def solution() -> dict:
     return json.loads(source_notebook(A).read_text())
 
@@ -346,14 +338,14 @@ def _grade(source, out, course, isolation="bubblewrap", **kwargs):
 
 
 @pytest.fixture(scope="module")
-def grading(export, tmp_path_factory, course):
+def grading(export, tmp_path_factory, private_course):
     """isolation -> (output folder, rows by student) of the class graded under it, once."""
     done = {}
 
     def graded_under(isolation: str):
         if isolation not in done:
             out = tmp_path_factory.mktemp(f"graded-{isolation}") / "out"
-            rows = _grade(export[0], out, course, isolation)
+            rows = _grade(export[0], out, private_course, isolation)
             done[isolation] = out, {r["student_id"]: r for r in rows}
         return done[isolation]
 
@@ -407,7 +399,7 @@ def test_a_zipped_class(graded, grading, export):
     assert "hidden checks" in html and "BEGIN HIDDEN" not in html
 
 
-def test_the_same_class_unzipped(graded_first, export, tmp_path, course):
+def test_the_same_class_unzipped(graded_first, export, tmp_path, private_course):
     """The folder holds the same submissions as the zip (grading is a function of them), and a
     student whose lateness comes from the file's time is graded the same from it."""
     archive, folder, _, _ = export
@@ -418,37 +410,38 @@ def test_the_same_class_unzipped(graded_first, export, tmp_path, course):
                 for s in collect(source, A, scratch)]
 
     assert found(folder, tmp_path / "a") == found(archive, tmp_path / "b")
-    rows = _grade(folder, tmp_path / "out", course, only=["222"])
+    rows = _grade(folder, tmp_path / "out", private_course, only=["222"])
     assert rows == [graded_first[1]["222"]]
 
 
-def test_regrading_one_student_keeps_every_other_row(graded_first, export, tmp_path, course):
+def test_regrading_one_student_keeps_every_other_row(graded_first, export, tmp_path,
+                                                     private_course):
     out, _ = graded_first
     archive = export[0]
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     before = (copy / "grades.csv").read_text().splitlines()
-    resumed = _grade(archive, copy, course)  # nothing new: every student is kept as it was
+    resumed = _grade(archive, copy, private_course)  # nothing new: every student is kept as it was
     assert (copy / "grades.csv").read_text().splitlines() == before
     assert len(resumed) == len(export[2])
-    _grade(archive, copy, course, only=["654"])
+    _grade(archive, copy, private_course, only=["654"])
     after = (copy / "grades.csv").read_text().splitlines()
     assert len(after) == len(before)
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
     assert all(after[i].startswith("654,") for i in changed)
     with pytest.raises(ValueError, match="not in the export: 999"):
-        _grade(archive, copy, course, only=["999"])
+        _grade(archive, copy, private_course, only=["999"])
 
 
 def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_path,
-                                                      course):
+                                                      private_course):
     """Sharding the LMS cases three ways and merging gives the rows (and gradebook) that
     grading the whole class at once gave them."""
     out, _ = graded_first
     core = export[3]
     shards = [tmp_path / f"shard{i}" for i in (1, 2, 3)]
     for i, folder in enumerate(shards, 1):
-        _grade(core, folder, course, shard=(i, 3))
+        _grade(core, folder, private_course, shard=(i, 3))
     sizes = [len(read_grades(f / "grades.csv")) for f in shards]
     assert sum(sizes) == 7 and all(sizes)
     with pytest.raises(ValueError, match="in no shard"):
@@ -482,10 +475,10 @@ def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_
     assert book(tmp_path / "merged") == {s: whole[s] for s in ids if s in whole}
 
 
-def test_exports_that_hold_nobody_or_are_broken(tmp_path, course):
+def test_exports_that_hold_nobody_or_are_broken(tmp_path, private_course):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no submission found"):
-        _grade(tmp_path / "empty", tmp_path / "out1", course)
+        _grade(tmp_path / "empty", tmp_path / "out1", private_course)
     assert not (tmp_path / "out1").exists()  # a failed run leaves nothing behind
     broken = tmp_path / "broken.zip"
     good = io.BytesIO()
@@ -493,7 +486,7 @@ def test_exports_that_hold_nobody_or_are_broken(tmp_path, course):
         zf.writestr("a_1_2_x.ipynb", "{}" * 1000)
     broken.write_bytes(good.getvalue()[:-30])
     with pytest.raises(ValueError, match="corrupt or truncated"):
-        _grade(broken, tmp_path / "out2", course)
+        _grade(broken, tmp_path / "out2", private_course)
     assert not (tmp_path / "out2").exists()
 
 

@@ -41,14 +41,6 @@ def in_docker(command, **kwargs) -> subprocess.CompletedProcess:
                           cwd=REPO, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def private_course(tmp_path_factory):
-    copy = tmp_path_factory.mktemp("course") / "assignments"
-    shutil.copytree(COURSE, copy)
-    copy.chmod(0o700)
-    return copy
-
-
 def test_doctor_names_the_fallback_and_the_fix(private_course):
     exposed = in_docker([sys.executable, "-m", "autograder", "doctor"])
     assert exposed.returncode == 0, exposed.stderr[-2000:]

@@ -39,14 +39,10 @@ pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs a sandbox
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """A copy of the course only root may read, as the uid fallback requires (and the
-    isolation this run expects is the one in force)."""
+def course(private_course):
+    """The private course, with the isolation this run expects in force."""
     assert choose().kind == ISOLATION
-    copy = tmp_path_factory.mktemp("course") / "assignments"
-    shutil.copytree(COURSE, copy)
-    copy.chmod(0o700)
-    return copy
+    return private_course
 
 
 def solution(**answers) -> dict:
