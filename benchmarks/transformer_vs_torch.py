@@ -246,18 +246,18 @@ def bench_encoder_layer(shape, norm, device, seconds):
 # ---------------------------------------------------------------------- 3. language model
 class TorchLM(nn.Module):
     """TransformerLM's architecture from torch's blocks: token embedding + sinusoidal positions,
-    n_layers x nn.TransformerEncoderLayer with a causal mask, final LayerNorm (pre-LN only),
+    num_layers x nn.TransformerEncoderLayer with a causal mask, final LayerNorm (pre-LN only),
     a linear layer to the vocabulary."""
 
-    def __init__(self, vocab_size, d_model, n_heads, n_layers, max_len, norm):
+    def __init__(self, vocab_size, d_model, num_heads, num_layers, max_len, norm):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
         self.register_buffer("positions", sinusoidal_positions(max_len, d_model),
                              persistent=False)
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout=0.0,
+            nn.TransformerEncoderLayer(d_model, num_heads, 4 * d_model, dropout=0.0,
                                        batch_first=True, norm_first=norm == "pre")
-            for _ in range(n_layers))
+            for _ in range(num_layers))
         self.final_ln = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
         self.out = nn.Linear(d_model, vocab_size)
 
@@ -298,8 +298,8 @@ def torch_lm_loss(model, batch):
 
 def bench_lm(args, norm, device):
     seed_everything(0)
-    sizes = dict(vocab_size=args.lm_vocab, d_model=args.lm_d_model, n_heads=args.lm_heads,
-                 n_layers=args.lm_layers, max_len=args.lm_length, norm=norm)
+    sizes = dict(vocab_size=args.lm_vocab, d_model=args.lm_d_model, num_heads=args.lm_heads,
+                 num_layers=args.lm_layers, max_len=args.lm_length, norm=norm)
     ours = TransformerLM(**sizes).to(device).train()
     theirs = TorchLM(**sizes).to(device).load_from(ours).train()
     g = torch.Generator().manual_seed(0)

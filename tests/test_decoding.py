@@ -248,7 +248,7 @@ def test_a_float64_transformer_decodes_in_float64():
     from seqlab.transformer import TransformerLM, TransformerSeq2Seq
 
     seed_everything(0)
-    lm = TransformerLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16).double().eval()
+    lm = TransformerLM(11, d_model=16, num_heads=2, num_layers=2, max_len=16).double().eval()
     ids = torch.tensor([[2, 5, 6, 7, 8, 4], [2, 9, 4, 5, 6, 7]])
     with torch.no_grad():
         full = lm(ids)
@@ -258,7 +258,7 @@ def test_a_float64_transformer_decodes_in_float64():
             lp, state = lm.step(state, ids[:, t])
             assert lp.dtype == torch.float64
             torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=0)
-    s2s = TransformerSeq2Seq(9, 8, d_model=8, n_heads=2, n_layers=1, max_len=12).double().eval()
+    s2s = TransformerSeq2Seq(9, 8, d_model=8, num_heads=2, num_layers=1, max_len=12).double().eval()
     src, lengths = torch.tensor([[5, 6, 7], [8, 5, 0]]), torch.tensor([3, 2])
     tgt_in = torch.tensor([[2, 4, 5, 6], [2, 7, 4, 4]])
     with torch.no_grad():

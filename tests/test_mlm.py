@@ -111,16 +111,16 @@ def test_packing_segments_and_truncation():
 
 def small_bert(vocab_size=30):
     seed_everything(0)
-    return BertModel(vocab_size, d_model=16, n_heads=2, n_layers=2, max_len=20).eval()
+    return BertModel(vocab_size, d_model=16, num_heads=2, num_layers=2, max_len=20).eval()
 
 
 def test_the_mlm_head_is_the_embedding_matrix():
     model = small_bert()
     big = [n for n, p in model.named_parameters() if p.shape == (30, 16)]
-    assert big == ["tokens.weight"]  # no second [V, d] matrix: the head reuses the embeddings
+    assert big == ["embed.tokens.weight"]  # no second [V, d] matrix: the head reuses the embeddings
     hidden = model.encode(torch.tensor([[5, 8, 9, 6]]))
     with torch.no_grad():
-        model.tokens.weight[12] += torch.linspace(-1, 1, 16)  # a constant would cancel
+        model.token_vectors[12] += torch.linspace(-1, 1, 16)  # a constant would cancel
     assert not torch.allclose(model.mlm_logits(hidden)[..., 12],
                               small_bert().mlm_logits(hidden)[..., 12])
 
@@ -154,7 +154,7 @@ def test_pretraining_learns_and_fill_mask_and_fine_tuning_run():
     vocab = Vocab(["a", "b", "c", "d", "e", "f"])
     # the sentence is always "a b c d e f": MLM must learn to fill any blank
     ids = torch.tensor([[vocab.cls_id, *vocab.encode(list("abcdef")), vocab.sep_id]] * 64)
-    model = BertModel(len(vocab), d_model=32, n_heads=2, n_layers=1, max_len=10, dropout=0.0)
+    model = BertModel(len(vocab), d_model=32, num_heads=2, num_layers=1, max_len=10, dropout=0.0)
     g = torch.Generator().manual_seed(0)
     batches = []
     for _ in range(150):
@@ -210,7 +210,7 @@ def test_fill_mask_probs_matches_fill_mask_and_batches():
     from seqlab.mlm import fill_mask_probs
 
     vocab = Vocab(["a", "b", "c", "d"])
-    model = BertModel(len(vocab), d_model=16, n_heads=2, n_layers=1, max_len=10)
+    model = BertModel(len(vocab), d_model=16, num_heads=2, num_layers=1, max_len=10)
     model.train()  # fill_mask_probs must evaluate without dropout and restore the mode
     sentences = [["a", "<mask>", "c"], ["<mask>", "b"], ["d", "d", "d", "<mask>"]]
     probs = fill_mask_probs(model, vocab, sentences)
@@ -234,17 +234,17 @@ def test_an_untrained_bert_starts_near_the_uniform_loss():
 
     seed_everything(0)
     vocab_size = 51
-    model = BertModel(vocab_size, d_model=64, n_heads=4, n_layers=2, max_len=24, dropout=0.0)
+    model = BertModel(vocab_size, d_model=64, num_heads=4, num_layers=2, max_len=24, dropout=0.0)
     ids = torch.randint(len(SPECIALS), vocab_size, (64, 10))
     loss = mlm_loss(model(ids)[0], ids).item()
     assert abs(loss - math.log(vocab_size)) < 0.3, loss
-    assert model.tokens.weight.std().item() == pytest.approx(0.02, rel=0.2)
-    assert (model.tokens.weight[model.pad_id] == 0).all()
+    assert model.token_vectors.std().item() == pytest.approx(0.02, rel=0.2)
+    assert (model.token_vectors[model.pad_id] == 0).all()
 
 
 def _small_bert(vocab_size=12, seed=0):
     seed_everything(seed)
-    return BertModel(vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)
+    return BertModel(vocab_size, d_model=16, num_heads=2, num_layers=1, max_len=12, dropout=0.0)
 
 
 def test_tagging_batch_aligns_tags_with_words_and_skips_specials():

@@ -113,7 +113,7 @@ def test_every_model_of_the_course_is_searched_by_the_same_code(make):
         seed_everything(0)
         model = (build_model(9, 8, 2, 3, attention=True, embed_dim=8, hidden_dim=8)
                  if make == "rnn" else
-                 TransformerSeq2Seq(9, 8, d_model=8, n_heads=2, n_layers=1, max_len=12))
+                 TransformerSeq2Seq(9, 8, d_model=8, num_heads=2, num_layers=1, max_len=12))
         inputs = (torch.tensor([[5, 6, 7], [8, 5, 0]]), torch.tensor([3, 2]))
     greedy = decoding.greedy(model, *inputs, max_len=5)
     beams = decoding.beam_search(model, *inputs, beam_size=3, max_len=5)

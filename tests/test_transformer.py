@@ -95,7 +95,7 @@ def test_bad_shapes_and_masks_are_named():
         EncoderLayer(8, 2, norm="middle")
     with pytest.raises(ValueError, match="even"):
         sinusoidal_positions(4, 5)
-    lm = TransformerLM(11, d_model=8, n_heads=2, n_layers=1, max_len=4)
+    lm = TransformerLM(11, d_model=8, num_heads=2, num_layers=1, max_len=4)
     with pytest.raises(ValueError, match="max_len=4"):
         lm(torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="tokens must be"):
@@ -159,7 +159,7 @@ def test_encoder_layer_equals_torch_and_the_hand_computation(norm):
 
 def small_lm(norm="pre", positions="sinusoidal"):
     seed_everything(4)
-    return TransformerLM(17, d_model=16, n_heads=4, n_layers=2, max_len=32, norm=norm,
+    return TransformerLM(17, d_model=16, num_heads=4, num_layers=2, max_len=32, norm=norm,
                          positions=positions).eval()
 
 
@@ -195,7 +195,7 @@ def test_cached_decoding_equals_recomputation_for_the_lm(positions):
 
 def toy_transformer_seq2seq(norm="pre"):
     seed_everything(5)
-    return TransformerSeq2Seq(15, 13, d_model=16, n_heads=2, n_layers=2, max_len=20,
+    return TransformerSeq2Seq(15, 13, d_model=16, num_heads=2, num_layers=2, max_len=20,
                               norm=norm).eval()
 
 

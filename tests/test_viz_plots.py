@@ -75,7 +75,7 @@ def _labels(ax):
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_transformer_diagram_is_drawn_from_the_model(norm):
-    model = TransformerLM(45, d_model=64, n_heads=4, n_layers=6, norm=norm, dropout=0.1)
+    model = TransformerLM(45, d_model=64, num_heads=4, num_layers=6, norm=norm, dropout=0.1)
     ax = transformer_lm(model)
     labels = _labels(ax)
     kinds = [("+" if label == "+" else "LN" if "LayerNorm" in label else

@@ -9,8 +9,9 @@ Every lecture notebook imports from here and shows the source of what it teaches
 - Shared by the topics: ``data`` (toy worlds, corpora, ``Vocab``, which owns the special ids),
   ``losses`` (what a loss returns: its mean and its count of targets), ``train`` (the one
   training loop), ``metrics`` (scores of generated text beside BLEU), ``tensors`` (one walk over
-  nested tensors, eval mode), ``validate`` (argument checks, one message format), ``device``,
-  ``seeding``, ``results``, ``viz``.
+  nested tensors, eval mode), ``validate`` (argument checks, one message format), ``config``
+  (one way to size a model: a config dataclass plus keyword overrides, one vocabulary of size
+  names), ``device``, ``seeding``, ``results``, ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder; points
   them at Colab). Model modules never import these, the training loop or the metrics.

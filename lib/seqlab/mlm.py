@@ -19,11 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import config as _config
 from .data.batching import pad_batch
 from .data.vocab import CLS, MASK, PAD, PAD_ID, SEP, SPECIALS, Vocab
 from .losses import TokenLoss, token_cross_entropy
 from .tensors import evaluating
-from .transformer import EncoderLayer, padding_key_mask
+from .transformer import Embedding, EncoderLayer, TransformerConfig, final_norm, padding_key_mask
 from .validate import integer, number
 
 IGNORE = -100  # the label of unselected positions: cross_entropy(ignore_index=-100) skips it
@@ -156,49 +157,57 @@ def collate_pairs(packed: Sequence[tuple[list[int], list[int]]], pad_id: int = P
 class BertModel(nn.Module):
     """An encoder-only Transformer with BERT's embeddings and heads.
 
-    Input: token + learned position + segment embeddings, LayerNorm, dropout; then
-    ``n_layers`` encoder layers of ``seqlab.transformer`` (no causal mask: every token sees
-    both sides; padding is never attended to). Heads: the MLM head (dense, GELU, LayerNorm,
-    then the token embedding matrix transposed: the output weights ARE the input embeddings)
-    and the NSP head on the pooled <cls> vector (dense + tanh, then 2 classes).
+    Input: token + learned position + segment embeddings, LayerNorm, dropout (the
+    ``transformer.Embedding`` block); then ``num_layers`` encoder layers of
+    ``seqlab.transformer`` (no causal mask: every token sees both sides; padding is never
+    attended to). Heads: the MLM head (dense, GELU, LayerNorm, then the token embedding matrix
+    transposed: the output weights ARE the input embeddings) and the NSP head on the pooled
+    <cls> vector (dense + tanh, then 2 classes). Sized by a ``TransformerConfig``; without
+    one, BERT's own defaults: learned positions, ``max_len=128``, ``dropout=0.1``.
     ``norm="pre"`` trains more easily at small scale; BERT itself is post-LN.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 128, n_heads: int = 4,
-                 n_layers: int = 2, max_len: int = 128, dropout: float = 0.1,
-                 norm: str = "pre", pad_id: int = PAD_ID):
+    def __init__(self, vocab_size: int, config: TransformerConfig | None = None, *legacy,
+                 pad_id: int = PAD_ID, **sizes):
         super().__init__()
+        self.config = c = _config.resolve(
+            TransformerConfig, "BertModel", config, legacy, sizes,
+            defaults=TransformerConfig(max_len=128, dropout=0.1, positions="learned"),
+            legacy_order=("d_model", "num_heads", "num_layers", "max_len", "dropout", "norm"))
         self.pad_id = pad_id
-        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.positions = nn.Embedding(max_len, d_model)
-        self.segments = nn.Embedding(2, d_model)
-        self.embed_ln, self.drop = nn.LayerNorm(d_model), nn.Dropout(dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, 4 * d_model, dropout, norm)
-                                    for _ in range(n_layers))
-        self.final_ln = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
-        self.mlm_dense, self.mlm_ln = nn.Linear(d_model, d_model), nn.LayerNorm(d_model)
+        self.embed = Embedding(vocab_size, c, pad_id, segments=2, layer_norm=True)
+        self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout,
+                                                 c.norm) for _ in range(c.num_layers))
+        self.final_ln = final_norm(c)
+        d = c.d_model
+        self.mlm_dense, self.mlm_ln = nn.Linear(d, d), nn.LayerNorm(d)
         self.mlm_bias = nn.Parameter(torch.zeros(vocab_size))
-        self.pooler, self.nsp = nn.Linear(d_model, d_model), nn.Linear(d_model, 2)
+        self.pooler, self.nsp = nn.Linear(d, d), nn.Linear(d, 2)
         # BERT draws its embeddings from N(0, 0.02^2). torch's default N(0, 1), read back
         # through the tied output matrix, starts the MLM with logits spread ~sqrt(d_model)
         # and a loss far above log V, which costs hundreds of steps to undo.
         with torch.no_grad():
-            for table in (self.tokens, self.positions, self.segments):
-                table.weight.normal_(0.0, 0.02)
-            self.tokens.weight[pad_id].zero_()
+            tables = [self.embed.tokens.weight, self.embed.segments.weight]
+            if c.positions == "learned":
+                tables.insert(1, self.embed.positions.table)
+            for table in tables:
+                table.normal_(0.0, 0.02)
+            self.embed.tokens.weight[pad_id].zero_()
+
+    @property
+    def token_vectors(self) -> torch.Tensor:
+        """The token embedding matrix [V, d], which the MLM head reuses as its output layer."""
+        return self.embed.tokens.weight
 
     def encode(self, ids: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states [B, T, d] of every position."""
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
             raise ValueError(f"ids must be a LongTensor [batch, length], got "
                              f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else ids!r}")
-        if ids.shape[1] > self.positions.num_embeddings:
+        if ids.shape[1] > self.config.max_len:
             raise ValueError(f"sequences of {ids.shape[1]} tokens exceed max_len="
-                             f"{self.positions.num_embeddings}")
-        segments = torch.zeros_like(ids) if segments is None else segments
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.tokens(ids) + self.positions(positions) + self.segments(segments)
-        x, mask = self.drop(self.embed_ln(x)), padding_key_mask(ids, self.pad_id)
+                             f"{self.config.max_len}")
+        x, mask = self.embed(ids, 0, segments), padding_key_mask(ids, self.pad_id)
         for layer in self.layers:
             x = layer(x, mask)[0]
         return self.final_ln(x)
@@ -206,7 +215,7 @@ class BertModel(nn.Module):
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores of every vocabulary token at every position, with the tied output matrix."""
         h = self.mlm_ln(F.gelu(self.mlm_dense(hidden)))
-        return h @ self.tokens.weight.T + self.mlm_bias
+        return h @ self.token_vectors.T + self.mlm_bias
 
     def pooled(self, hidden: torch.Tensor) -> torch.Tensor:
         """The <cls> position's vector through the pooler: the whole input in one vector."""
@@ -247,7 +256,7 @@ def fill_mask(model: BertModel, vocab: Vocab, tokens: Sequence[str], k: int = 5
     if not where:
         raise ValueError(f"tokens must contain at least one {MASK}, got {list(tokens)}")
     ids = torch.tensor([[vocab.cls_id, *vocab.encode(list(tokens)), vocab.sep_id]],
-                       device=model.tokens.weight.device)
+                       device=model.token_vectors.device)
     with evaluating(model):
         logits = model.mlm_logits(model.encode(ids))[0].float()
     logits[:, _special_ids(vocab).to(logits.device)] = float("-inf")
@@ -278,7 +287,7 @@ def fill_mask_probs(model: BertModel, vocab: Vocab, sentences: Sequence[Sequence
         where.append(found[0] + 1)  # +1: <cls> comes first
     ids, _ = pad_batch([[vocab.cls_id, *vocab.encode(list(t)), vocab.sep_id] for t in sentences],
                        vocab.pad_id)
-    device = model.tokens.weight.device
+    device = model.token_vectors.device
     with evaluating(model):
         hidden = model.encode(ids.to(device))
     rows = hidden[torch.arange(len(where), device=device), torch.tensor(where, device=device)]
@@ -385,7 +394,7 @@ class BertTagger(nn.Module):
             raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
         integer("n_tags", n_tags, 2)
         self.bert, self.drop = bert, nn.Dropout(dropout)
-        self.head = nn.Linear(bert.tokens.embedding_dim, n_tags)
+        self.head = nn.Linear(bert.config.d_model, n_tags)
         self.freeze = _check_freeze(freeze)
         if freeze:
             _freeze_encoder(bert)

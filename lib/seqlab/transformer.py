@@ -14,10 +14,13 @@ re-read of the whole prefix.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import config as _config
 from . import decoding
 from .attention import causal_mask, scaled_dot_product_attention
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -25,6 +28,7 @@ from .losses import TokenLoss, token_cross_entropy
 from .validate import integer, number
 
 NORMS = ("pre", "post")
+POSITIONS = ("sinusoidal", "learned")
 
 
 # ---------------------------------------------------------------------- positions
@@ -68,7 +72,7 @@ class Positions(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal"):
         super().__init__()
-        if kind not in ("sinusoidal", "learned"):
+        if kind not in POSITIONS:
             raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {kind!r}")
         self.max_len, self.kind = max_len, kind
         if kind == "learned":
@@ -96,14 +100,21 @@ class MultiHeadAttention(nn.Module):
     torch's fused kernel). ``mask`` is bool (True = may attend), broadcastable to [B, h, T, S].
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int | None = None, dropout: float = 0.0,
+                 bias: bool = True, **renamed):
         super().__init__()
+        if renamed:  # n_heads=, as lecture 05 saved before the rename passes it
+            sizes = _config.renamed("MultiHeadAttention", renamed)
+            if set(sizes) != {"num_heads"} or num_heads is not None:
+                raise TypeError(f"MultiHeadAttention got unexpected keyword(s) {sorted(renamed)}")
+            num_heads = sizes["num_heads"]
         integer("d_model", d_model, 1)
-        integer("n_heads", n_heads, 1)
-        if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        integer("num_heads", num_heads, 1)
+        if d_model % num_heads:
+            raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model} "
+                             f"and num_heads={num_heads}")
         number("dropout", dropout, 0, 1, high_open=True)
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -112,7 +123,7 @@ class MultiHeadAttention(nn.Module):
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, d] -> [B, h, T, d_k]: view the last axis as h blocks, then move heads forward."""
-        return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_k).transpose(1, 2)
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.d_k).transpose(1, 2)
 
     @staticmethod
     def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +156,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                              f"{tuple(value.shape)} must share the batch, key and value the length")
         if mask is not None:
-            _check_mask(mask, (query.shape[0], self.n_heads, query.shape[1], key.shape[1]))
+            _check_mask(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
         return self.attend(query, *self.project_kv(key, value), mask, need_weights)
 
     @classmethod
@@ -241,10 +252,10 @@ class EncoderLayer(nn.Module):
     With a causal mask this is also the block of a decoder-only language model.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None,
+    def __init__(self, d_model: int, num_heads: int, d_ff: int | None = None,
                  dropout: float = 0.0, norm: str = "pre"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout)
         self.attn_block = _Residual(d_model, norm, dropout)
         self.ffn_block = _Residual(d_model, norm, dropout)
@@ -265,11 +276,11 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention over the encoder's output, the feed-forward
     network: three residual blocks."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None,
+    def __init__(self, d_model: int, num_heads: int, d_ff: int | None = None,
                  dropout: float = 0.0, norm: str = "pre"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout)
         self.attn_block, self.cross_block, self.ffn_block = (
             _Residual(d_model, norm, dropout) for _ in range(3))
@@ -287,18 +298,70 @@ class DecoderLayer(nn.Module):
 
 
 # ---------------------------------------------------------------------- models
-class _Embedding(nn.Module):
-    """Token embeddings plus position vectors (then dropout)."""
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The sizes and choices of a Transformer; the LM, the encoder-decoder and BERT share them
+    (as nanoGPT's ``GPTConfig``). Vocabulary sizes are the models' own arguments."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, positions: str,
-                 dropout: float, pad_id: int):
+    d_model: int = 128          # the width of every hidden state
+    num_heads: int = 4          # d_model / num_heads = d_k, each head's width
+    num_layers: int = 2         # blocks (per stack, in an encoder-decoder)
+    d_ff: int | None = None     # the FFN's inner width; None = 4 * d_model
+    max_len: int = 256          # positions there are vectors for
+    dropout: float = 0.0
+    norm: str = "pre"           # LayerNorm before each sublayer, or "post" (the 2017 paper)
+    positions: str = "sinusoidal"  # or "learned" (GPT-2, BERT)
+
+    def __post_init__(self):
+        integer("d_model", self.d_model, 1)
+        integer("num_heads", self.num_heads, 1)
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model must be divisible by num_heads, got d_model="
+                             f"{self.d_model} and num_heads={self.num_heads}")
+        integer("num_layers", self.num_layers, 1)
+        if self.d_ff is not None:
+            integer("d_ff", self.d_ff, 1)
+        integer("max_len", self.max_len, 1)
+        number("dropout", self.dropout, 0, 1, high_open=True)
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be 'pre' or 'post', got {self.norm!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got "
+                             f"{self.positions!r}")
+
+
+# The order sizes came in by position before TransformerConfig (deprecated, still accepted).
+_LEGACY_ORDER = ("d_model", "num_heads", "num_layers", "max_len", "norm", "dropout", "d_ff",
+                 "positions")
+
+
+class Embedding(nn.Module):
+    """The input of every Transformer here: token vectors plus position vectors (plus, for
+    BERT, segment vectors and a LayerNorm), then dropout."""
+
+    def __init__(self, vocab_size: int, config: TransformerConfig, pad_id: int,
+                 segments: int = 0, layer_norm: bool = False):
         super().__init__()
-        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.positions = Positions(max_len, d_model, positions)
-        self.drop = nn.Dropout(dropout)
+        integer("vocab_size", vocab_size, 1)
+        d = config.d_model
+        self.tokens = nn.Embedding(vocab_size, d, padding_idx=pad_id)
+        self.positions = Positions(config.max_len, d, config.positions)
+        self.segments = nn.Embedding(segments, d) if segments else None
+        self.norm = nn.LayerNorm(d) if layer_norm else nn.Identity()
+        self.drop = nn.Dropout(config.dropout)
 
-    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        return self.drop(self.tokens(ids) + self.positions(start, ids.shape[1]))
+    def forward(self, ids: torch.Tensor, start: int = 0, segments: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        x = self.tokens(ids) + self.positions(start, ids.shape[1])
+        if self.segments is not None:
+            x = x + self.segments(torch.zeros_like(ids) if segments is None else segments)
+        return self.drop(self.norm(x))
+
+
+def final_norm(config: TransformerConfig) -> nn.Module:
+    """A pre-LN stack ends in a LayerNorm (its residual stream is never normalised otherwise);
+    a post-LN stack's last block already ends in one."""
+    return nn.LayerNorm(config.d_model) if config.norm == "pre" else nn.Identity()
 
 
 def _check_ids(name: str, ids) -> None:
@@ -308,25 +371,26 @@ def _check_ids(name: str, ids) -> None:
 
 
 class TransformerLM(nn.Module):
-    """Decoder-only Transformer language model (GPT-style): embeddings + positions, n_layers
-    blocks of causal self-attention and FFN, a final LayerNorm (pre-LN only), a linear layer
-    to the vocabulary. ``forward(tokens [B, T]) -> logits [B, T, V]``: position t sees
-    tokens 1..t only. Decoding protocol with a key/value cache per layer."""
+    """Decoder-only Transformer language model (GPT-style): embeddings + positions,
+    ``num_layers`` blocks of causal self-attention and FFN, a final LayerNorm (pre-LN only), a
+    linear layer to the vocabulary. ``forward(tokens [B, T]) -> logits [B, T, V]``: position t
+    sees tokens 1..t only. Decoding protocol with a key/value cache per layer.
 
-    def __init__(self, vocab_size: int, d_model: int = 128, n_heads: int = 4,
-                 n_layers: int = 2, max_len: int = 256, norm: str = "pre",
-                 dropout: float = 0.0, d_ff: int | None = None, positions: str = "sinusoidal",
-                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+    ``TransformerLM(V, TransformerConfig(...))`` or ``TransformerLM(V, num_layers=4, ...)``.
+    """
+
+    def __init__(self, vocab_size: int, config: TransformerConfig | None = None, *legacy,
+                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID, **sizes):
         super().__init__()
-        integer("vocab_size", vocab_size, 1)
-        integer("n_layers", n_layers, 1)
-        integer("max_len", max_len, 1)
-        self.pad_id, self.bos_id, self.eos_id, self.norm = pad_id, bos_id, eos_id, norm
-        self.embed = _Embedding(vocab_size, d_model, max_len, positions, dropout, pad_id)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm)
-                                    for _ in range(n_layers))
-        self.final_ln = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
-        self.out = nn.Linear(d_model, vocab_size)
+        self.config = c = _config.resolve(TransformerConfig, "TransformerLM", config, legacy,
+                                          sizes, defaults=TransformerConfig(),
+                                          legacy_order=_LEGACY_ORDER)
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.embed = Embedding(vocab_size, c, self.pad_id)
+        self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout,
+                                                 c.norm) for _ in range(c.num_layers))
+        self.final_ln = final_norm(c)
+        self.out = nn.Linear(c.d_model, vocab_size)
 
     def _run(self, ids, start, caches, need_weights):
         x, mask = self.embed(ids, start), None
@@ -353,7 +417,7 @@ class TransformerLM(nn.Module):
             _, _, caches = self._run(read, 0, None, False)
         else:
             layer = self.layers[0].self_attn
-            empty = prompt.new_zeros((prompt.shape[0], layer.n_heads, 0, layer.d_k),
+            empty = prompt.new_zeros((prompt.shape[0], layer.num_heads, 0, layer.d_k),
                                      dtype=self.out.weight.dtype)
             caches = [(empty, empty) for _ in self.layers]
         return {"cache": caches, "next_token": prompt[:, -1]}
@@ -371,26 +435,25 @@ class TransformerLM(nn.Module):
 class TransformerSeq2Seq(nn.Module):
     """Encoder-decoder Transformer. ``forward(src [B, S], src_lengths [B], tgt_in [B, T])``
     -> logits [B, T, V] with teacher forcing, the signature of the RNN ``Seq2Seq``, so
-    ``seq2seq.seq2seq_loss``, ``seq2seq_batch`` and ``translate`` serve both."""
+    ``seq2seq.seq2seq_loss``, ``seq2seq_batch`` and ``translate`` serve both. ``num_layers``
+    blocks in each stack; ``max_len`` defaults to 128."""
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 128,
-                 n_heads: int = 4, n_layers: int = 2, max_len: int = 128, norm: str = "pre",
-                 dropout: float = 0.0, d_ff: int | None = None, positions: str = "sinusoidal",
-                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int,
+                 config: TransformerConfig | None = None, *legacy, pad_id: int = PAD_ID,
+                 bos_id: int = BOS_ID, eos_id: int = EOS_ID, **sizes):
         super().__init__()
-        integer("n_layers", n_layers, 1)
-        self.pad_id, self.bos_id, self.eos_id, self.norm = pad_id, bos_id, eos_id, norm
-        self.src_embed = _Embedding(src_vocab_size, d_model, max_len, positions, dropout,
-                                    pad_id)
-        self.tgt_embed = _Embedding(tgt_vocab_size, d_model, max_len, positions, dropout,
-                                    pad_id)
-        self.encoder = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm)
-                                     for _ in range(n_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, dropout, norm)
-                                     for _ in range(n_layers))
-        final = (lambda: nn.LayerNorm(d_model)) if norm == "pre" else nn.Identity
-        self.enc_ln, self.dec_ln = final(), final()
-        self.out = nn.Linear(d_model, tgt_vocab_size)
+        self.config = c = _config.resolve(TransformerConfig, "TransformerSeq2Seq", config,
+                                          legacy, sizes, defaults=TransformerConfig(max_len=128),
+                                          legacy_order=_LEGACY_ORDER)
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.src_embed = Embedding(src_vocab_size, c, self.pad_id)
+        self.tgt_embed = Embedding(tgt_vocab_size, c, self.pad_id)
+        self.encoder = nn.ModuleList(EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout,
+                                                  c.norm) for _ in range(c.num_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout,
+                                                  c.norm) for _ in range(c.num_layers))
+        self.enc_ln, self.dec_ln = final_norm(c), final_norm(c)
+        self.out = nn.Linear(c.d_model, tgt_vocab_size)
 
     def encode(self, src: torch.Tensor, need_weights: bool = False):
         """Encoder output [B, S, d], the source mask [B, 1, 1, S] and each layer's weights."""
@@ -431,7 +494,7 @@ class TransformerSeq2Seq(nn.Module):
         """Encode once; project every decoder layer's cross-attention keys and values once."""
         memory, mask, _ = self.encode(src)
         heads = self.decoder[0].self_attn
-        empty = memory.new_zeros((src.shape[0], heads.n_heads, 0, heads.d_k))
+        empty = memory.new_zeros((src.shape[0], heads.num_heads, 0, heads.d_k))
         return {"memory_kv": [layer.cross_attn.project_kv(memory, memory)
                               for layer in self.decoder],
                 "src_mask": mask, "cache": [(empty, empty) for _ in self.decoder],

@@ -397,10 +397,10 @@ def transformer_lm(model, ax=None):
     block = model.layers[0]
     attn, ffn = block.self_attn, block.ffn
     vocab, d = model.out.out_features, attn.d_model
-    dropout, pre = block.attn_block.drop.p, model.norm == "pre"
+    dropout, pre = block.attn_block.drop.p, model.config.norm == "pre"
     kind = model.embed.positions.kind
     width, dy = 7.0, 1.0
-    sublayers = (f"causal multi-head self-attention: h = {attn.n_heads} heads, "
+    sublayers = (f"causal multi-head self-attention: h = {attn.num_heads} heads, "
                  f"$d_k$ = {attn.d_k},\nthen dropout p = {dropout:g}",
                  f"feed-forward network {d} → {ffn.linear1.out_features} → {d} (ReLU), "
                  f"at each position,\nthen dropout p = {dropout:g}")
