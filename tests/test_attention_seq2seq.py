@@ -18,6 +18,7 @@ from seqlab.attention import (
 from seqlab.data import Vocab
 from seqlab.data.toy import ToyTranslation
 from seqlab.experiments import LENGTH_BUCKETS, LENGTH_CHECKS, failed_checks, length_experiment
+from seqlab.rnn import RNNConfig
 from seqlab.seq2seq import (
     AttentionDecoder,
     Decoder,
@@ -110,9 +111,10 @@ def test_attend_returns_the_weighted_average():
 # ------------------------------------------------------------------ seq2seq
 def small_model(attention: bool, cell="gru", bidirectional=False):
     torch.manual_seed(0)
-    enc = Encoder(20, 8, 16, cell=cell, bidirectional=bidirectional)
-    dec = (AttentionDecoder(25, enc.output_dim, 8, 16, cell=cell, score="additive") if attention
-           else Decoder(25, 8, 16, cell=cell))
+    enc = Encoder(20, embed_dim=8, hidden_dim=16, cell=cell, bidirectional=bidirectional)
+    sizes = RNNConfig(embed_dim=8, hidden_dim=16, cell=cell)
+    dec = (AttentionDecoder(25, enc.output_dim, sizes, score="additive") if attention
+           else Decoder(25, sizes))
     return Seq2Seq(enc, dec, bos_id=2, eos_id=3)
 
 
@@ -169,8 +171,8 @@ def test_greedy_stops_at_eos_and_learns_to_copy():
     tv = Vocab.build([p.references[0].split() for p in pairs])
     ids = [(sv.encode(p.source.split()), tv.encode(p.references[0].split())) for p in pairs]
     torch.manual_seed(0)
-    enc = Encoder(len(sv), 32, 64)
-    model = Seq2Seq(enc, AttentionDecoder(len(tv), enc.output_dim, 32, 64, score="dot"),
+    enc = Encoder(len(sv), embed_dim=32, hidden_dim=64)
+    model = Seq2Seq(enc, AttentionDecoder(len(tv), enc.output_dim, enc.config, score="dot"),
                     tv.bos_id, tv.eos_id)
     from seqlab.train import fit
 

@@ -1,5 +1,6 @@
-"""One way to size a model: TransformerConfig, shared by the three Transformer models, with the
-names of before the change still accepted (and warned about) where saved lectures use them."""
+"""One way to size a model: TransformerConfig for the three Transformer models, RNNConfig for the
+RNN ones, with the calls of before the change still accepted (and warned about) where saved
+lectures use them."""
 
 import dataclasses
 import re
@@ -10,6 +11,8 @@ import torch
 
 from seqlab import seed_everything
 from seqlab.mlm import BertModel
+from seqlab.rnn import RNNConfig, RNNLanguageModel
+from seqlab.seq2seq import AttentionDecoder, Encoder, build_model
 from seqlab.transformer import (
     Embedding,
     MultiHeadAttention,
@@ -102,3 +105,38 @@ def test_a_size_given_twice_is_refused():
         TransformerLM(20, 16, 2, 1, 12, "pre", 0.0, None, "sinusoidal", 0)
     with pytest.raises(TypeError, match="unexpected keyword"):
         MultiHeadAttention(16, 2, heads=2)
+
+
+# ---------------------------------------------------------------------- the RNN family
+def test_the_rnn_models_are_sized_by_one_rnn_config():
+    sizes = RNNConfig(embed_dim=8, hidden_dim=16, cell="gru")
+    lm = built(lambda: RNNLanguageModel(20, sizes))
+    assert same_weights(lm, built(lambda: RNNLanguageModel(20, embed_dim=8, hidden_dim=16,
+                                                           cell="gru")))
+    model = build_model(20, 21, 1, 2, attention=True, config=sizes)
+    assert model.encoder.config == model.decoder.config == sizes
+    assert RNNLanguageModel(20).config.cell == "lstm" and Encoder(20).config.cell == "gru"
+    with pytest.raises(ValueError, match="cell must be one of"):
+        RNNConfig(cell="transformer")
+    with pytest.raises(ValueError, match=r"cell must be one of \['gru', 'lstm'\] in an enc"):
+        Encoder(20, cell="rnn")
+    with pytest.raises(ValueError, match="Decoder is one RNN layer without dropout; got "
+                                         "num_layers=2"):
+        build_model(20, 21, 1, 2, attention=False, num_layers=2)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (lambda: RNNLanguageModel(20, 8, 16, cell="gru"),  # lecture 02, as saved
+     lambda: RNNLanguageModel(20, embed_dim=8, hidden_dim=16, cell="gru")),
+    (lambda: Encoder(20, 8, 16, cell="lstm"), lambda: Encoder(20, embed_dim=8, hidden_dim=16,
+                                                              cell="lstm")),
+    (lambda: AttentionDecoder(21, 16, 8, 16, score="dot"),
+     lambda: AttentionDecoder(21, 16, embed_dim=8, hidden_dim=16, score="dot")),
+])
+def test_rnn_sizes_by_position_still_work_and_warn(old, new):
+    with pytest.warns(DeprecationWarning, match="will be removed") as caught:
+        before = built(old)
+    assert all(w.filename == __file__ for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert same_weights(before, built(new))

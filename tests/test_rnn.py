@@ -196,7 +196,7 @@ def test_rnn_lm_batch_loss_ignores_padding():
     assert inputs.tolist() == [[2, 5, 6, 7], [2, 8, 0, 0]]
     assert targets.tolist() == [[5, 6, 7, 3], [8, 3, 0, 0]]
     torch.manual_seed(0)
-    model = RNNLanguageModel(10, 8, 16, cell="gru")
+    model = RNNLanguageModel(10, embed_dim=8, hidden_dim=16, cell="gru")
     loss, count = rnn_lm_loss(model, (inputs, targets))
     lps = rnn_lm_logprobs(model, inputs, targets)
     assert lps.shape == (6,) and count == 6
@@ -214,7 +214,7 @@ def test_next_word_probs_and_agreement_scoring():
     sentences = load_corpus("toy-lm", "test")[:200]
     vocab = Vocab.build([s.split() for s in sentences])
     torch.manual_seed(0)
-    model = RNNLanguageModel(len(vocab), 8, 16)
+    model = RNNLanguageModel(len(vocab), embed_dim=8, hidden_dim=16)
     prefixes = [["the", "cat"], ["some", "dogs", "that"]]
     probs = rnn_next_word_probs(model, vocab, prefixes, ["sleeps", "sleep"])
     ids = torch.tensor([[vocab.bos_id, vocab["some"], vocab["dogs"], vocab["that"]]])
@@ -245,7 +245,7 @@ def test_gradient_norms_through_time_match_autograd_on_torch_modules():
     from seqlab.rnn import hidden_gradient_norms
 
     torch.manual_seed(0)
-    model = RNNLanguageModel(7, 4, 6, cell="lstm").double()
+    model = RNNLanguageModel(7, embed_dim=4, hidden_dim=6, cell="lstm").double()
     ids = [1, 2, 3, 4, 5, 6]
     norms = hidden_gradient_norms(model, ids)
     assert norms.shape == (5,) and (norms > 0).all()
@@ -265,7 +265,7 @@ def test_gradient_norms_that_vanish_below_float32s_range_are_still_measured():
     from seqlab.rnn import hidden_gradient_norms
 
     torch.manual_seed(0)
-    model = RNNLanguageModel(7, 4, 6, cell="rnn")
+    model = RNNLanguageModel(7, embed_dim=4, hidden_dim=6, cell="rnn")
     with torch.no_grad():
         model.rnn.weight_hh_l0.mul_(0.3)
     norms = hidden_gradient_norms(model, [1 + t % 6 for t in range(80)])

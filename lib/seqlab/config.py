@@ -33,12 +33,13 @@ def renamed(owner: str, sizes: dict, stacklevel: int = 3) -> dict:
 
 
 def resolve(cls, owner: str, config, legacy: tuple, sizes: dict, *, defaults,
-            legacy_order: tuple[str, ...]):
+            legacy_order: tuple[str, ...], stacklevel: int = 3):
     """The config a model is built with.
 
     ``config`` (an instance of ``cls``) or else ``defaults`` (the model's own), then each of
     ``sizes``; ``legacy`` holds sizes still given by position in the old ``legacy_order``
-    (``config`` itself then holds the first of them).
+    (``config`` itself then holds the first of them). Warnings point ``stacklevel`` frames up:
+    3 is the caller of the model that calls this.
     """
     if config is not None and not isinstance(config, cls):
         legacy, config = (config, *legacy), None
@@ -47,13 +48,13 @@ def resolve(cls, owner: str, config, legacy: tuple, sizes: dict, *, defaults,
             raise TypeError(f"{owner} takes at most {len(legacy_order)} sizes by position "
                             f"({', '.join(legacy_order)}), got {len(legacy)}")
         warnings.warn(f"{owner}: pass sizes by name or as a {cls.__name__} (sizes by position "
-                      "will be removed)", DeprecationWarning, stacklevel=3)
+                      "will be removed)", DeprecationWarning, stacklevel=stacklevel)
         named = dict(zip(legacy_order, legacy))
         clash = sorted(set(named) & set(sizes))
         if clash:
             raise TypeError(f"{owner} got {clash} both by position and by name")
         sizes = {**named, **sizes}
-    sizes = renamed(owner, sizes, stacklevel=4)
+    sizes = renamed(owner, sizes, stacklevel=stacklevel + 1)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(sizes) - fields)
     if unknown:

@@ -101,7 +101,7 @@ def length_experiment(steps: int, embed_dim: int, hidden_dim: int, n_test: int, 
     for attention in (True, False):
         seed_everything(seed)
         model = build_model(len(src_vocab), len(tgt_vocab), tgt_vocab.bos_id, tgt_vocab.eos_id,
-                            attention, score, embed_dim, hidden_dim)
+                            attention, score, embed_dim=embed_dim, hidden_dim=hidden_dim)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         schedule = lr_schedule(optimizer, kind="cosine", total_steps=steps)
         result.histories[attention] = fit(model, optimizer, batches, seq2seq_loss, clip=1.0,

@@ -11,17 +11,19 @@ torch's autograd in float64.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from . import config as _config
 from . import decoding
 from .data import pad_batch
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
 from .tensors import evaluating
-from .validate import integer
+from .validate import integer, number
 
 # ---------------------------------------------------------------------- softmax + cross-entropy
 
@@ -324,6 +326,26 @@ class StackedRNN(nn.Module):
 _TORCH_RNNS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
 
+@dataclass(frozen=True)
+class RNNConfig:
+    """The sizes of an RNN model: the language model here, the encoder and decoders of
+    ``seqlab.seq2seq``. Vocabulary sizes are the models' own arguments."""
+
+    embed_dim: int = 64       # each token's vector
+    hidden_dim: int = 128     # the state h_t (and an LSTM's cell c_t)
+    num_layers: int = 1       # stacked RNNs
+    cell: str = "lstm"        # "rnn" (tanh), "lstm" or "gru"
+    dropout: float = 0.0      # on the embeddings and outputs, and between stacked layers
+
+    def __post_init__(self):
+        integer("embed_dim", self.embed_dim, 1)
+        integer("hidden_dim", self.hidden_dim, 1)
+        integer("num_layers", self.num_layers, 1)
+        if self.cell not in _TORCH_RNNS:
+            raise ValueError(f"cell must be one of {sorted(_TORCH_RNNS)}, got {self.cell!r}")
+        number("dropout", self.dropout, 0, 1, high_open=True)
+
+
 def batch_first_state(state):
     """torch's RNN state [layers, B, H] (or an LSTM's (h, c) pair of them) -> [B, layers, H]:
     the decoding protocol keeps the batch on dim 0 of everything in a state."""
@@ -349,19 +371,19 @@ class RNNLanguageModel(nn.Module):
     Decoding protocol (``seqlab.decoding``): the state is the RNN's hidden state, batch-first.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
-                 num_layers: int = 1, cell: str = "lstm", dropout: float = 0.0,
-                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+    def __init__(self, vocab_size: int, config: RNNConfig | None = None, *legacy,
+                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID, **sizes):
         super().__init__()
-        if cell not in _TORCH_RNNS:
-            raise ValueError(f"cell must be one of {sorted(_TORCH_RNNS)}, got {cell!r}")
+        self.config = c = _config.resolve(
+            RNNConfig, "RNNLanguageModel", config, legacy, sizes, defaults=RNNConfig(),
+            legacy_order=("embed_dim", "hidden_dim", "num_layers", "cell", "dropout"))
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
-        self.cell = cell
-        self.rnn = _TORCH_RNNS[cell](embed_dim, hidden_dim, num_layers, batch_first=True,
-                       dropout=dropout if num_layers > 1 else 0.0)
-        self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_dim, vocab_size)
+        self.embed = nn.Embedding(vocab_size, c.embed_dim, padding_idx=pad_id)
+        self.rnn = _TORCH_RNNS[c.cell](c.embed_dim, c.hidden_dim, c.num_layers,
+                                       batch_first=True,
+                                       dropout=c.dropout if c.num_layers > 1 else 0.0)
+        self.drop = nn.Dropout(c.dropout)
+        self.out = nn.Linear(c.hidden_dim, vocab_size)
 
     def forward(self, ids: torch.Tensor, state=None):
         """ids [B, T] -> (logits [B, T, V], final state)."""
@@ -436,7 +458,7 @@ def hidden_gradient_norms(model: RNNLanguageModel, ids: list[int]) -> np.ndarray
     if len(ids) < 2:
         raise ValueError(f"ids must hold at least 2 tokens, got {len(ids)}")
     device = next(model.parameters()).device
-    unrolled = StackedRNN(model.cell, model.rnn.input_size, model.rnn.hidden_size)
+    unrolled = StackedRNN(model.config.cell, model.rnn.input_size, model.rnn.hidden_size)
     unrolled.to(device=device, dtype=torch.float64)
     unrolled.load_torch(model.rnn)
     cell = unrolled.cells[0]

@@ -17,22 +17,31 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from . import config as _config
 from . import decoding
 from .attention import make_score, masked_softmax
 from .data import pad_batch
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
-from .rnn import batch_first_state, layer_first_state
+from .rnn import RNNConfig, batch_first_state, layer_first_state
 from .tensors import evaluating
 from .validate import number
 
 _RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+DEFAULTS = RNNConfig(cell="gru")  # the encoder-decoders of lectures 03 and 04
 
 
-def _rnn(cell: str, *args, **kwargs) -> nn.RNNBase:
-    if cell not in _RNNS:
-        raise ValueError(f"cell must be one of {sorted(_RNNS)}, got {cell!r}")
-    return _RNNS[cell](*args, batch_first=True, **kwargs)
+def _sizes(owner: str, config, legacy: tuple, sizes: dict, legacy_order: tuple[str, ...],
+           one_layer: bool = False) -> RNNConfig:
+    c = _config.resolve(RNNConfig, owner, config, legacy, sizes, defaults=DEFAULTS,
+                        legacy_order=legacy_order, stacklevel=4)
+    if c.cell not in _RNNS:
+        raise ValueError(f"cell must be one of {sorted(_RNNS)} in an encoder-decoder, got "
+                         f"{c.cell!r}")
+    if one_layer and (c.num_layers, c.dropout) != (1, 0.0):
+        raise ValueError(f"{owner} is one RNN layer without dropout; got num_layers="
+                         f"{c.num_layers} and dropout={c.dropout}")
+    return c
 
 
 class Encoder(nn.Module):
@@ -42,21 +51,22 @@ class Encoder(nn.Module):
     states of the last layer, both directions joined by a linear layer when bidirectional.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
-                 num_layers: int = 1, cell: str = "gru", bidirectional: bool = False,
-                 dropout: float = 0.0, pad_id: int = PAD_ID):
+    def __init__(self, vocab_size: int, config: RNNConfig | None = None, *legacy,
+                 bidirectional: bool = False, pad_id: int = PAD_ID, **sizes):
         super().__init__()
-        self.cell, self.num_layers = cell, num_layers
+        self.config = c = _sizes("Encoder", config, legacy, sizes,
+                                 ("embed_dim", "hidden_dim", "num_layers", "cell"))
         self.dirs = 2 if bidirectional else 1
-        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
-        self.rnn = _rnn(cell, embed_dim, hidden_dim, num_layers, bidirectional=bidirectional,
-                        dropout=dropout if num_layers > 1 else 0.0)
-        self.bridge = nn.Linear(2 * hidden_dim, hidden_dim) if bidirectional else None
-        self.output_dim = hidden_dim * self.dirs
+        self.embed = nn.Embedding(vocab_size, c.embed_dim, padding_idx=pad_id)
+        self.rnn = _RNNS[c.cell](c.embed_dim, c.hidden_dim, c.num_layers, batch_first=True,
+                                 bidirectional=bidirectional,
+                                 dropout=c.dropout if c.num_layers > 1 else 0.0)
+        self.bridge = nn.Linear(2 * c.hidden_dim, c.hidden_dim) if bidirectional else None
+        self.output_dim = c.hidden_dim * self.dirs
 
     def _join(self, h: torch.Tensor) -> torch.Tensor:
         """[layers * dirs, B, H] -> the last layer's state [1, B, H]."""
-        last = h.view(self.num_layers, self.dirs, h.shape[1], h.shape[2])[-1]
+        last = h.view(self.config.num_layers, self.dirs, h.shape[1], h.shape[2])[-1]
         if self.bridge is None:
             return last
         return torch.tanh(self.bridge(torch.cat([last[0], last[1]], dim=-1)))[None]
@@ -73,7 +83,7 @@ class Encoder(nn.Module):
             outputs, state = self.rnn(packed)
             outputs, _ = pad_packed_sequence(outputs, batch_first=True,
                                              total_length=src.shape[1])
-        if self.cell == "lstm":
+        if self.config.cell == "lstm":
             return outputs, (self._join(state[0]), self._join(state[1]))
         return outputs, self._join(state)
 
@@ -83,12 +93,14 @@ class Decoder(nn.Module):
 
     uses_attention = False
 
-    def __init__(self, vocab_size: int, embed_dim: int = 64, hidden_dim: int = 128,
-                 cell: str = "gru", pad_id: int = PAD_ID):
+    def __init__(self, vocab_size: int, config: RNNConfig | None = None, *legacy,
+                 pad_id: int = PAD_ID, **sizes):
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
-        self.rnn = _rnn(cell, embed_dim, hidden_dim)
-        self.out = nn.Linear(hidden_dim, vocab_size)
+        self.config = c = _sizes("Decoder", config, legacy, sizes,
+                                 ("embed_dim", "hidden_dim", "cell"), one_layer=True)
+        self.embed = nn.Embedding(vocab_size, c.embed_dim, padding_idx=pad_id)
+        self.rnn = _RNNS[c.cell](c.embed_dim, c.hidden_dim, batch_first=True)
+        self.out = nn.Linear(c.hidden_dim, vocab_size)
 
     def prepare(self, enc_outputs):
         """Per-source work done once before decoding (nothing without attention)."""
@@ -109,10 +121,12 @@ class AttentionDecoder(Decoder):
 
     uses_attention = True
 
-    def __init__(self, vocab_size: int, enc_dim: int, embed_dim: int = 64,
-                 hidden_dim: int = 128, cell: str = "gru", score: str = "additive",
-                 pad_id: int = PAD_ID):
-        super().__init__(vocab_size, embed_dim, hidden_dim, cell, pad_id)
+    def __init__(self, vocab_size: int, enc_dim: int, config: RNNConfig | None = None,
+                 *legacy, score: str = "additive", pad_id: int = PAD_ID, **sizes):
+        config = _sizes("AttentionDecoder", config, legacy, sizes,
+                        ("embed_dim", "hidden_dim", "cell"), one_layer=True)
+        super().__init__(vocab_size, config, pad_id=pad_id)
+        hidden_dim = config.hidden_dim
         self.score = make_score(score, hidden_dim, enc_dim)  # a Module registers itself
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim)
 
@@ -296,13 +310,15 @@ def translate(model, sentences: list[str], src_vocab, tgt_vocab, max_len: int = 
 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, bos_id: int, eos_id: int,
-                attention: bool, score: str = "additive", embed_dim: int = 64,
-                hidden_dim: int = 128, cell: str = "gru", pad_id: int = PAD_ID) -> Seq2Seq:
-    """The encoder-decoder of lectures 03 and 04, with or without attention."""
-    encoder = Encoder(src_vocab_size, embed_dim, hidden_dim, cell=cell, pad_id=pad_id)
-    decoder = (AttentionDecoder(tgt_vocab_size, encoder.output_dim, embed_dim, hidden_dim, cell,
-                                score, pad_id) if attention
-               else Decoder(tgt_vocab_size, embed_dim, hidden_dim, cell, pad_id))
+                attention: bool, score: str = "additive", config: RNNConfig | None = None, *,
+                pad_id: int = PAD_ID, **sizes) -> Seq2Seq:
+    """The encoder-decoder of lectures 03 and 04, with or without attention: a one-layer GRU
+    encoder and decoder by default, both sized by ``config`` and ``sizes``."""
+    config = _sizes("build_model", config, (), sizes, ())
+    encoder = Encoder(src_vocab_size, config, pad_id=pad_id)
+    decoder = (AttentionDecoder(tgt_vocab_size, encoder.output_dim, config, score=score,
+                                pad_id=pad_id) if attention
+               else Decoder(tgt_vocab_size, config, pad_id=pad_id))
     return Seq2Seq(encoder, decoder, bos_id, eos_id, pad_id)
 
 
