@@ -20,6 +20,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from seqlab.results import Check
+
 
 def one_run(notebook: Path, seed: int, threads: int, out: Path) -> dict:
     """Execute ``notebook`` once with ``seqlab.course.run_notebook``; return its records and
@@ -90,8 +92,31 @@ def sweep(script: str, notebook: Path, argv=None, description: str = "") -> list
         return list(pool.map(spawn, jobs))
 
 
+def print_claims(runs: list[dict]) -> None:
+    """Every ``seqlab.claim`` the notebook made, with its threshold as the notebook states it:
+    the spread of its value over the runs, and the margin of the run nearest to failing."""
+    claims = {}
+    for run in runs:
+        for name, made in run["records"].get("claims", {}).items():
+            claims.setdefault(name, []).append(made)
+    if not claims:
+        return
+    width = max([50, *map(len, claims)])
+    print(f"\n{'claim (threshold from the notebook)':{width}s} {'spread (min .. max)':>21s} "
+          f"{'worst margin':>12s}  held")
+    for name, made in claims.items():
+        check = Check(name, made[0]["op"], made[0]["threshold"])
+        values = [m["value"] for m in made]
+        worst = check.worst(values)
+        margin = worst - check.threshold if check.op in (">", ">=") else check.threshold - worst
+        held = sum(check.holds(v) for v in values)
+        print(f"{str(check):{width}s} {min(values):9.4g} .. {max(values):<9.4g} {margin:12.4g}  "
+              f"{held}/{len(runs)}")
+
+
 def print_spread(runs: list[dict], headline) -> None:
-    """Each headline number's spread over the runs, then how many runs held everything."""
+    """Each headline number's spread over the runs, every claim's margin, then how many runs
+    held everything."""
     tables = [headline(run["records"]) for run in runs]
     keys = list(dict.fromkeys(k for t in tables for k in t))
     width = max([60, *map(len, keys)])
@@ -102,6 +127,7 @@ def print_spread(runs: list[dict], headline) -> None:
             print(f"{key:{width}s} {min(values):.3f} .. {max(values):.3f}")
         else:
             print(f"{key:{width}s} {'  '.join(sorted(set(map(str, values))))}")
+    print_claims(runs)
     print_held(runs)
 
 

@@ -100,6 +100,24 @@ def test_record_rejects_objects(monkeypatch, tmp_path):
         record("", 1)
 
 
+def test_a_claim_is_asserted_and_recorded_with_its_threshold(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEQLAB_RESULTS", str(tmp_path))
+    monkeypatch.setenv("SEQLAB_NOTEBOOK", "02_rnn_backprop")
+    seqlab.claim("LSTM agreement", np.float64(0.95), ">", 0.9)
+    with pytest.raises(AssertionError, match=r"tanh RNN agreement: got 0.55, expected > 0.9"):
+        seqlab.claim("tanh RNN agreement", 0.55, ">", 0.9)
+    record("ppl", 3.0)  # records and claims live side by side
+    data = json.loads((tmp_path / "02_rnn_backprop.json").read_text())
+    assert data["claims"] == {  # a failed claim is recorded too: the sweep shows by how much
+        "LSTM agreement": {"value": 0.95, "op": ">", "threshold": 0.9},
+        "tanh RNN agreement": {"value": 0.55, "op": ">", "threshold": 0.9}}
+    assert data["ppl"] == 3.0
+    with pytest.raises(ValueError, match="op must be one of"):
+        seqlab.claim("x", 1.0, "=>", 0.5)
+    with pytest.raises(TypeError, match="value must be a number, got str"):
+        seqlab.claim("x", "high", ">", 0.5)
+
+
 def test_show_source_shows_the_real_code():
     from seqlab.source import source_of
 

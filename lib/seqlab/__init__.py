@@ -11,17 +11,18 @@ Every lecture notebook imports from here and shows the source of what it teaches
   training loop), ``metrics`` (scores of generated text beside BLEU), ``tensors`` (one walk over
   nested tensors, eval mode), ``validate`` (argument checks, one message format), ``config``
   (one way to size a model: a config dataclass plus keyword overrides, one vocabulary of size
-  names), ``device``, ``seeding``, ``results``, ``viz``.
+  names), ``device``, ``seeding``, ``results`` (what a run records, and ``claim``: a lecture's
+  stated result, asserted and recorded), ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder; points
   them at Colab). Model modules never import these, the training loop or the metrics.
 """
 
 from .device import autocast, fast_mode, get_device
-from .results import record
+from .results import claim, record
 from .seeding import seed_everything
 from .source import show_source
 
 __version__ = "0.1.0"
-__all__ = ["autocast", "fast_mode", "get_device", "record", "seed_everything", "show_source",
-           "__version__"]
+__all__ = ["autocast", "claim", "fast_mode", "get_device", "record", "seed_everything",
+           "show_source", "__version__"]

@@ -7,7 +7,6 @@ other way round (``seq2seq`` knows nothing of BLEU, seeds or training loops).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -15,30 +14,11 @@ import torch
 from .data import Vocab
 from .data.toy import ToyTranslation
 from .metrics import bleu_by_length
+from .results import Check
 from .seeding import seed_everything
 from .seq2seq import Seq2Seq, build_model, curriculum_batches, seq2seq_loss, translate
 from .train import History, fit, lr_schedule
 from .validate import integer
-
-
-@dataclass(frozen=True)
-class Check:
-    """A headline a lecture asserts: ``numbers[key] <op> threshold``."""
-
-    key: str
-    op: str  # "<", "<=", ">", ">="
-    threshold: float
-
-    def holds(self, value: float) -> bool:
-        ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-        return ops[self.op](value, self.threshold)
-
-    def worst(self, values: list[float]) -> float:
-        """The value closest to failing: the largest for an upper bound, the smallest else."""
-        return max(values) if self.op in ("<", "<=") else min(values)
-
-    def __str__(self) -> str:
-        return f"{self.key} {self.op} {self.threshold:g}"
 
 
 def failed_checks(checks: tuple[Check, ...], numbers: dict[str, float]) -> list[str]:
