@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from seqlab.experiments import LENGTH_CHECKS, Check
+from seqlab.experiments import LENGTH_CHECKS
+from seqlab.results import Check
 
 
 @dataclass(frozen=True)

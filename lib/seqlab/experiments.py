@@ -20,13 +20,6 @@ from .seq2seq import Seq2Seq, build_model, curriculum_batches, seq2seq_loss, tra
 from .train import History, fit, lr_schedule
 from .validate import integer
 
-
-def failed_checks(checks: tuple[Check, ...], numbers: dict[str, float]) -> list[str]:
-    """The checks ``numbers`` break, each with its value (empty when all hold)."""
-    return [f"{check} (got {numbers[check.key]:.3g})" for check in checks
-            if not check.holds(numbers[check.key])]
-
-
 # ---------------------------------------------------------------------- lecture 04
 LENGTH_BUCKETS = {"3-10": (3, 10), "11-20": (11, 20), "21-30": (21, 30), "31-45": (31, 45)}
 
