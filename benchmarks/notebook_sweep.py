@@ -110,7 +110,7 @@ def print_claims(runs: list[dict]) -> None:
     print(f"\n{'claim (threshold from the notebook)':{width}s} {'min':>10s} {'max':>10s} "
           f"{'margin':>10s} {'worst/thr':>10s}  held")
     for name, made in claims.items():
-        check, values = checks[name], [m["value"] for m in made]
+        check, values = checks[name], [float(m["value"]) for m in made]  # "nan" is stored
         worst = check.worst(values)
         margin = worst - check.threshold if check.op in (">", ">=") else check.threshold - worst
         ratio = f"{worst / check.threshold:10.3g}" if check.threshold else f"{'':10s}"

@@ -116,6 +116,10 @@ def test_a_claim_is_asserted_and_recorded_with_its_threshold(monkeypatch, tmp_pa
         seqlab.claim("x", 1.0, "=>", 0.5)
     with pytest.raises(TypeError, match="value must be a number, got str"):
         seqlab.claim("x", "high", ">", 0.5)
+    with pytest.raises(AssertionError, match="no sentence: got nan, expected < 0.5"):
+        seqlab.claim("no sentence", np.float64("nan"), "<", 0.5)  # a share over no sentences
+    claims = json.loads((tmp_path / "02_rnn_backprop.json").read_text())["claims"]
+    assert claims["no sentence"]["value"] == "nan"
 
 
 def test_show_source_shows_the_real_code():

@@ -101,11 +101,13 @@ def claim(name: str, value, op: str, threshold: float) -> None:
     ``seqlab.claim("LSTM agreement accuracy", accuracy, ">", 0.9)`` fails with the name, the
     value and the threshold when the run does not bear the sentence out.
     """
-    check, value = Check(_name(name), op, threshold), _plain(value)
+    check = Check(_name(name), op, threshold)
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()  # a numpy or torch scalar
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"value must be a number, got {type(value).__name__} {value!r}")
     _update(lambda data: data.setdefault("claims", {}).__setitem__(
-        name, {"value": value, "op": op, "threshold": threshold}))
-    if not check.holds(value):
+        name, {"value": _plain(value), "op": op, "threshold": threshold}))  # NaN as "nan"
+    if not check.holds(value):  # NaN holds nothing
         raise AssertionError(f"claim does not hold: {name}: got {value:.6g}, "
                              f"expected {op} {threshold:g}")
