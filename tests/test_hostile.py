@@ -482,11 +482,21 @@ def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
     assert exported["partly"] == FULL
 
 
-def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
+@pytest.fixture
+def sandbox(tmp_path):
+    """One sandbox for a test; its support folder goes with it, also where the uid fallback
+    puts it outside ``tmp_path`` (in /tmp, as grading does)."""
+    from autograder.isolation.sandbox import Sandbox, support_folder
+
+    box = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
+    yield box
+    shutil.rmtree(box.support, ignore_errors=True)
+
+
+def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course, sandbox):
     """Hosts that do not let the grader create cgroups (laptops, some containers) fall back to
     rlimits: the allocation fails inside the student's cell and grading goes on."""
     from autograder.intake.normalize import plan, read_notebook
-    from autograder.isolation.sandbox import Sandbox, support_folder
     from autograder.scoring.execute import grade_steps
 
     master = read_notebook(source_notebook(A, course))
@@ -494,7 +504,6 @@ def test_without_cgroups_rlimits_still_cap_memory(tmp_path, course):
     submitted.write_text(json.dumps(with_cell(solution(), "ffn_forward",
                                               "hog = b'x' * (3 * 2**30)\n")))
     student = read_notebook(submitted)
-    sandbox = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
     sandbox.cgroups = False
     held = sandbox.limits_in_force
     assert f"memory {LIMITS.memory_mb} MB (address-space rlimit)" in held, held
@@ -517,13 +526,12 @@ for place in ("/tmp", "/var/tmp", "/dev/shm"):
 '''
 
 
-def test_a_sandbox_leaves_nothing_in_places_anyone_may_write(tmp_path, course):
+def test_a_sandbox_leaves_nothing_in_places_anyone_may_write(tmp_path, course, sandbox):
     """The uid fallback has no private /tmp: what a sandbox writes to /tmp, /var/tmp or
     /dev/shm would outlive it, for the next sandbox of its uid (another student's, two
     submissions later in the same worker) to read, and for the disk to keep. Stopping a
     sandbox removes it (bubblewrap's are private tmpfs anyway)."""
     from autograder.intake.normalize import plan, read_notebook
-    from autograder.isolation.sandbox import Sandbox, support_folder
     from autograder.scoring.execute import grade_steps
 
     left = [os.path.join(p, n) for p in ("/tmp", "/var/tmp", "/dev/shm")
@@ -531,7 +539,6 @@ def test_a_sandbox_leaves_nothing_in_places_anyone_may_write(tmp_path, course):
     assert not any(os.path.lexists(p) for p in left), "left from an earlier run"
     submitted = tmp_path / "hw.ipynb"
     submitted.write_text(json.dumps(with_cell(solution(), "imports", LEAVES_FILES)))
-    sandbox = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
     result = grade_steps(plan(read_notebook(source_notebook(A, course)),
                               read_notebook(submitted)), sandbox, f"{os.getpid()}-0")
     assert sum(t["points"] for t in result["tests"]) == FULL, result["message"]
