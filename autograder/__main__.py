@@ -43,7 +43,8 @@ def _doctor(limits, course: Path) -> str:
         sandbox = Sandbox(support_folder(Path(tmp), isolation), limits, isolation)
         try:
             return report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
-                          f"{limits.timeout_notebook:g} s per notebook", course)
+                          f"{limits.timeout_notebook:g} s per notebook", course) + \
+                f"\n  starts: {sandbox.starts}"
         finally:
             shutil.rmtree(sandbox.support, ignore_errors=True)
 

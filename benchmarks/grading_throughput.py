@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from autograder.authoring.course import COURSE, generate, nbgrader, source_notebook, working_course
+from autograder.authoring.course import COURSE, generate, source_notebook, working_course
 from autograder.scoring.grade import grade
 
 A = "01_language_models"
@@ -31,8 +34,10 @@ def serial_nbgrader(copies: int, tmp: Path) -> tuple[float, float]:
         folder = work / "submitted" / f"student{i:03d}" / A
         folder.mkdir(parents=True)
         shutil.copy(source_notebook(A), folder / f"{A}.ipynb")
-    start = time.perf_counter()
-    result = nbgrader("autograde", A, "--force", cwd=work)
+    start = time.perf_counter()  # nbgrader as instructors run it (not our quicker wrapper)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force"],
+                            cwd=work, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-2000:])

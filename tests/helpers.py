@@ -72,3 +72,27 @@ def docker_capabilities(command: list[str]) -> list[str]:
     bounding = re.search(r"^Bounding set =(.*)$", shown, re.MULTILINE).group(1).split(",")
     drop = [c for c in bounding if c and c.removeprefix("cap_") not in DOCKER_CAPABILITIES]
     return ["capsh", f"--drop={','.join(drop)}", "--", "-c", shlex.join(command)]
+
+
+def python_others_can_read(folder: Path) -> str | None:
+    """A Python every user may read (its standard library and packages), with this one's
+    packages: this interpreter if it is one; else, as on an image where Python lives in /usr,
+    a virtual environment of the system's Python of the same version in ``folder`` that reads
+    this one's site-packages (and runs its tools: nbgrader calls alembic); else None."""
+    from autograder.isolation.sandbox import python_readable_by_others
+
+    if python_readable_by_others():
+        return sys.executable
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path(f"/usr/bin/python{version}")
+    if not system.exists():
+        return None
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = folder / "lib" / f"python{version}" / "site-packages"
+    ours = sysconfig.get_paths()["purelib"]
+    (site / "ours.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    for tool in Path(sys.executable).parent.iterdir():
+        if not (folder / "bin" / tool.name).exists():
+            (folder / "bin" / tool.name).symlink_to(tool)
+    folder.chmod(0o755)
+    return str(folder / "bin" / "python")

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import docker_capabilities
+from helpers import docker_capabilities, python_others_can_read
 
 from autograder.authoring.course import COURSE, source_notebook
 
@@ -48,6 +48,7 @@ def test_doctor_names_the_fallback_and_the_fix(private_course):
     assert out.startswith("isolation: uid fallback"), out
     assert "Creating new namespace failed: Operation not permitted" in out
     assert "network: NOT cut off" in out
+    assert "starts: each submission" in out, out
     if os.stat(COURSE).st_mode & 0o005:  # a checkout readable by others, as clones are
         assert f"READABLE to the sandbox's uid; fix: chmod -R go-rwx {COURSE}" in out
     hidden = in_docker([sys.executable, "-m", "autograder", "--course", str(private_course),
@@ -77,13 +78,32 @@ def test_grade_refuses_a_course_the_sandbox_could_read_and_writes_nothing(tmp_pa
     shutil.rmtree(base)
 
 
-def test_the_hostile_suite_holds_under_the_uid_fallback():
+@pytest.mark.parametrize("python", ["this one", "one others can read"])
+def test_the_hostile_suite_holds_under_the_uid_fallback(python):
     """The hostile suite, run again as root with only Docker's capabilities: every test whose
-    outcome the isolation can change."""
+    outcome the isolation can change. With a Python others can read (an image's /usr), each
+    runner is forked from its worker's template, and the template's own tests run too; with
+    one they cannot (pyenv in /root, as here), each starts anew."""
+    from autograder.isolation.sandbox import python_readable_by_others
+
     env = {**os.environ, "SEQLAB_TEST_ISOLATION": "uid"}
-    run = in_docker([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                     "-m", "not same_under_every_isolation", "tests/test_hostile.py"],
-                    env=env, timeout=1500)
+    files = ["tests/test_hostile.py"]
+    executable = sys.executable
+    if python == "one others can read":
+        if python_readable_by_others():
+            pytest.skip("this Python is one others can read: the first run forked already")
+        folder = Path(tempfile.mkdtemp(prefix="python-for-all-"))
+        executable = python_others_can_read(folder)
+        if executable is None:
+            shutil.rmtree(folder)
+            pytest.skip(f"no system Python {sys.version_info.major}.{sys.version_info.minor}")
+        files.append("tests/test_template.py")
+    try:
+        run = in_docker([executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "-m", "not same_under_every_isolation", *files], env=env, timeout=1500)
+    finally:
+        if executable != sys.executable:
+            shutil.rmtree(folder)
     assert run.returncode == 0, run.stdout[-5000:]
     assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
 

@@ -490,6 +490,7 @@ def sandbox(tmp_path):
 
     box = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
     yield box
+    box.close_template()
     shutil.rmtree(box.support, ignore_errors=True)
 
 

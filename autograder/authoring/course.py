@@ -42,12 +42,31 @@ def working_course(assignment: str, dest: Path, course: Path = COURSE) -> Path:
     return dest
 
 
+SKIPPED_IMPORTS = ("rfc3987_syntax",)
+"""Optional packages grading processes do without. jsonschema (imported by nbformat and
+nbgrader) compiles 38 grammars at import for its IRI format checks when rfc3987_syntax is
+installed: about a second of CPU in every process (each grading worker, each nbgrader command)
+for a check that nothing here makes."""
+
+
+def skip_slow_imports() -> None:
+    """Make ``SKIPPED_IMPORTS`` unimportable in this process (their importers treat them as not
+    installed); call before nbformat is imported."""
+    for name in SKIPPED_IMPORTS:
+        sys.modules.setdefault(name, None)
+
+
+NBGRADER_MAIN = (f"import runpy, sys; sys.modules.update(dict.fromkeys({SKIPPED_IMPORTS!r})); "
+                 "runpy.run_module('nbgrader', run_name='__main__', alter_sys=True)")
+
+
 def nbgrader(*args: str, cwd: Path, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Run an nbgrader command in ``cwd`` with this interpreter's tools on PATH."""
+    """Run an nbgrader command in ``cwd`` with this interpreter's tools on PATH (as
+    ``python -m nbgrader`` does, without ``SKIPPED_IMPORTS``)."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
+        [sys.executable, "-c", NBGRADER_MAIN, *args], cwd=cwd, env=env, capture_output=True,
         text=True, timeout=timeout,
     )
 

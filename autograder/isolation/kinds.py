@@ -2,8 +2,10 @@
 
 - ``bubblewrap``: namespaces. The sandbox sees a read-only whitelist of the system (the course,
   the output and other students' files are not there at all), has no network, its own process
-  tree and scratch space, runs as ``nobody``. Needs unprivileged user namespaces, or root with
-  ``CAP_SYS_ADMIN``, which Docker's default capability set (so Gradescope) does not grant.
+  tree and scratch space; student code runs as an unprivileged uid (one per submission where
+  the grader is root, see ``sandbox.Template``; the grader's own otherwise). Needs unprivileged
+  user namespaces, or root with ``CAP_SYS_ADMIN``, which Docker's default capability set (so
+  Gradescope) does not grant.
 - ``uid``: where namespaces are unavailable but the grader is root (Gradescope, ``docker run``).
   Each sandbox runs as an unprivileged uid of its own (``UID_BASE`` + its number, so sandboxes
   graded at once cannot read, signal or trace each other), in a scratch folder only it may enter,
@@ -46,7 +48,8 @@ class Isolation:
 
     def describe(self) -> str:
         if self.kind == BUBBLEWRAP:
-            return "bubblewrap: no network, read-only whitelist, own scratch tmpfs, nobody"
+            return ("bubblewrap: no network, read-only whitelist, own scratch tmpfs, an "
+                    "unprivileged uid")
         if self.kind == UID:
             return (f"uid fallback (an unprivileged uid per sandbox; bubblewrap unavailable: "
                     f"{self.why_not_stronger}): the network is NOT cut off")

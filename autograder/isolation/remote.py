@@ -162,7 +162,7 @@ def _array(spec: dict):
 
 class Session:
     """One running sandbox for one submission: ``box`` is a sandbox started for it (perhaps
-    ahead of need, see ``grade``), used for this submission alone."""
+    ahead of need, or forked from a template: see ``grade``), used for this submission alone."""
 
     def __init__(self, sandbox, box):
         self.sandbox = sandbox
@@ -194,7 +194,10 @@ class Session:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise self._gone(timed_out=True)
-            chunk = os.read(fd, 1 << 20)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except ConnectionResetError:  # a forked runner's socket, its process killed
+                chunk = b""
             if not chunk:
                 raise self._gone()
             self.buffer += chunk

@@ -8,6 +8,9 @@ stdin/stdout; file descriptors 0-2 are then pointed at /dev/null, so student out
 reach the protocol by accident. Everything it sends is plain data (JSON): the grader never
 unpickles, imports or calls anything that came from here. Whatever student code does to this
 process (patching it included) can therefore change only the data sent back, never a test.
+
+Run with ``--template``, it is a grading worker's template instead (``template``): it imports the
+heavy packages once and forks the runner of each submission, which becomes a uid of its own.
 """
 
 import base64
@@ -21,7 +24,10 @@ import pickle
 import random
 import re
 import resource
+import select
+import shutil
 import signal
+import socket
 import struct
 import sys
 import traceback
@@ -387,18 +393,179 @@ def confine(folders: list[str]) -> None:
     sys.addaudithook(hook)
 
 
-if __name__ == "__main__":
-    channel = Channel()
-    limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
-          int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
+def run_submission(channel) -> None:
+    """Become the runner of one submission: the notebook's heavy imports (already done in a
+    process forked from a template), the uid fallback's hook, torch's attention switched off
+    where asked, then serve the grader until it hangs up."""
     sys.argv = [""]
-    # what the notebook's given cells import, now: a sandbox started ahead of need has done it
-    # by the time it is used, and native libraries are loaded before the uid fallback's hook
-    for module in filter(None, os.environ.pop("GRADER_PRELOAD", "").split(",")):
+    preload(os.environ.pop("GRADER_PRELOAD", ""))
+    if "GRADER_CONFINE" in os.environ:
+        confine(json.loads(os.environ.pop("GRADER_CONFINE")))
+    Runner(channel, refuse_attention()).serve()
+
+
+def preload(modules: str) -> None:
+    """Import what the notebook's given cells import (comma-separated), now: a sandbox started
+    ahead of need, or a template, has done it before the submission's turn, and native
+    libraries are loaded before the uid fallback's hook refuses ctypes."""
+    for module in filter(None, modules.split(",")):
         try:
             importlib.import_module(module)
         except ImportError:
             pass
-    if "GRADER_CONFINE" in os.environ:
-        confine(json.loads(os.environ.pop("GRADER_CONFINE")))
-    Runner(channel, refuse_attention()).serve()
+
+
+# --- the template: one import of torch per grading worker, a fresh child per submission -----
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
+
+
+def remove_owned(folder, uid, depth=0):
+    """Remove what ``uid`` owns in ``folder``, and in the folders there that anyone may write
+    (/tmp/.X11-unix), never following a symbolic link."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002 and depth < 4:
+                remove_owned(entry.path, uid, depth + 1)
+        except OSError:
+            pass
+
+
+def kill_all_of(uid):
+    """Kill every process of ``uid``: as that uid for a moment (``kill(-1)`` reaches only its
+    own, in one pass of the kernel's, so a fork bomb cannot outrun it), then root again (the
+    saved uid; no process is forked, so a full process table cannot stop it)."""
+    os.setresuid(uid, uid, 0)
+    try:
+        for _ in range(2):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+    finally:
+        os.setresuid(0, 0, 0)
+
+
+def drop_to(uid):
+    """Become ``uid`` for good, as ``setpriv --reuid --regid --clear-groups --no-new-privs
+    --bounding-set=-all`` does: no supplementary groups, no capabilities (permitted, effective,
+    ambient and bounding), no way to gain any by running a program; killed if the template
+    dies. Exits (70) rather than run student code if any of it did not hold."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last = int(handle.read())
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    with open("/proc/self/status") as handle:
+        status = dict(line.split(":", 1) for line in handle if ":" in line)
+    caps = [int(status[k], 16) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb") if k in status]
+    if os.getresuid() != (uid,) * 3 or os.getresgid() != (uid,) * 3 or os.getgroups() or \
+            any(caps) or status.get("NoNewPrivs", "1").strip() != "1":
+        os._exit(70)
+
+
+def _become_student(request, sock):
+    """In the child forked for one submission: its own session, only its own connection
+    open, its own scratch folder, memory and process limits, the submission's uid; then the
+    runner."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.dup2(sock, 0)
+    os.dup2(sock, 1)
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    uid, scratch = request["uid"], request["scratch"]
+    with open("/proc/self/oom_score_adj", "w") as handle:  # the first the OOM killer takes
+        handle.write("1000")
+    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    os.chdir(scratch)
+    drop_to(uid)
+    limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
+          int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
+    run_submission(Channel())
+
+
+def template(ctl):
+    """Serve one grading worker over ``ctl`` (a Unix seqpacket socket; JSON messages): import
+    the heavy packages once, then for each submission fork a fresh child that becomes the
+    runner (``fork``: a connection passed along, the uid, the scratch folder), and after it
+    kill everything of that uid and remove what it left (``stop``). Exits when the worker hangs
+    up. Children that exit are reported (``exited``) with their exit status."""
+    preload(os.environ.pop("GRADER_PRELOAD", ""))
+    preload("IPython.core.interactiveshell")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    children = {}
+
+    def send(message):
+        ctl.send(json.dumps(message).encode())
+
+    def reap():
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.pop(pid)
+                send({"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    send({"op": "ready"})
+    while True:
+        ready = select.select([ctl, wake_r], [], [])[0]
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            reap()
+        if ctl not in ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 1)
+        if not data:  # the worker is done: nothing to keep, so no interpreter teardown
+            os._exit(0)
+        request = json.loads(data)
+        if request["op"] == "fork":
+            shutil.rmtree(request["scratch"], ignore_errors=True)
+            os.makedirs(request["scratch"], mode=0o700)
+            os.chown(request["scratch"], request["uid"], request["uid"])
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _become_student(request, fds[0])
+                finally:
+                    os._exit(0)
+            os.close(fds[0])
+            children[pid] = request
+            send({"op": "forked", "pid": pid})
+        elif request["op"] == "stop":
+            uid = request["uid"]
+            kill_all_of(uid)
+            for place in SHARED_WRITABLE:
+                remove_owned(place, uid)
+            shutil.rmtree(request["scratch"], ignore_errors=True)
+            reap()
+            send({"op": "stopped"})
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--template"]:
+        template(socket.socket(fileno=os.dup(0)))
+    else:
+        channel = Channel()
+        limit(int(os.environ.pop("GRADER_RLIMIT_AS_MB", "0")),
+              int(os.environ.pop("GRADER_RLIMIT_NPROC", "0")))
+        run_submission(channel)

@@ -4,28 +4,40 @@ The sandbox sees a whitelist, not the host: the system (/usr, /etc), this Python
 environment, and a support folder with the runner. The course (source notebooks, hidden tests),
 the gradebook, the output folder and every other student's files are simply not there. It has no
 network (a fresh network namespace: not even the host's loopback), writes only to its own
-size-capped scratch tmpfs, and runs as ``nobody`` when the grader is root. Packages an answer must
-not call (the course's reference implementation, nltk, sacrebleu, transformers, and whatever an
-assignment's master notebook lists under ``metadata.autograder.withhold``) are withheld: a stub
-that raises ImportError is mounted over each one's real folder (found by real path, so symbolic
-links and lib64 lead there too) and comes first on PYTHONPATH, so no import path reaches them.
+size-capped scratch tmpfs, and runs as an unprivileged uid when the grader is root. Packages an
+answer must not call (the course's reference implementation, nltk, sacrebleu, transformers, and
+whatever an assignment's master notebook lists under ``metadata.autograder.withhold``) are
+withheld: a stub that raises ImportError is mounted over each one's real folder (found by real
+path, so symbolic links and lib64 lead there too) and comes first on PYTHONPATH, so no import
+path reaches them.
 Where answers must compute attention themselves, the runner switches torch's attention off
 before any student code runs (``guard``).
 
 Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
 to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
 says which.
+
+Starting Python and importing torch is most of a sandbox's start (about 1.3 s of CPU). Where the
+grader is root, each grading worker therefore keeps a ``Template``: one sandbox that imported
+torch once, from which each submission's runner is forked as a child that becomes a uid of its
+own before any student code runs, and whose processes and files are removed after it. Under
+bubblewrap, a worker's submissions share that sandbox's namespaces in turn, never at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import select
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import zlib
@@ -33,14 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kinds import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
+from .runner import SHARED_WRITABLE, remove_owned
 
-NOBODY = 65534
 WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "seqlab-grader"
 SCRATCH_BYTES = 256 * 2**20
+TEMPLATE_SECONDS = 60.0  # for the template to start, fork or clean up
 PRELOADABLE = ("numpy", "torch", "matplotlib")
 RUNNER = Path(__file__).with_name("runner.py")
+TEMPLATE_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_FOWNER",
+                         "CAP_DAC_OVERRIDE")
+"""What a template keeps inside bubblewrap: switching each child to its uid (and dropping the
+child's bounding set), making the child's scratch folder its own, removing what it left."""
 CHECKS = Path(__file__).parents[1] / "checks.py"
 GUARD = Path(__file__).parents[1] / "guard.py"
 
@@ -187,12 +204,130 @@ drive, files, output = _Drive(), _Files(), _Output()
 
 @dataclass
 class Box:
-    """One running sandbox: its process, cgroups, working folder and (uid fallback) uid."""
+    """One running sandbox: its process, cgroups, working folder and, when forked from a
+    template, its uid and the OOM kills its cgroups had counted before it started."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen | Forked
     groups: dict[str, Path]
     scratch: Path
     uid: int | None = None
+    oom_before: int = 0
+
+
+class TemplateGone(Exception):
+    """The template stopped answering (it died, or was killed): start another."""
+
+
+class Template:
+    """A grading worker's template: one process, isolated like a sandbox (inside bubblewrap,
+    or on the host in the uid fallback) but root there, that imported the notebook's heavy
+    packages (torch: most of a sandbox's start) once. Each submission gets a child forked from
+    it, which enters its own session, scratch folder and limits and becomes its own uid before
+    any student code runs; after it, the template kills every process of that uid and removes
+    what it left (``runner.template``). Nothing of the grader is in the template: it was started
+    from ``runner.py`` alone, so a child inherits torch, not the hidden tests."""
+
+    def __init__(self, sandbox: Sandbox):
+        self.sandbox = sandbox
+        self.name = sandbox.template_name or f"{os.getpid()}-template"
+        self.groups = sandbox._groups(self.name)
+        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = sandbox._popen(self.name, sandbox.command(template=True), self.groups,
+                                   stdin=theirs)
+        theirs.close()
+        self.exited: dict[int, int] = {}
+        self.replies: list[dict] = []
+        self._reply("ready")
+
+    def _collect(self, timeout: float) -> bool:
+        """Read what the template sent within ``timeout`` s; False if nothing came."""
+        if not select.select([self.ctl], [], [], max(0.0, timeout))[0]:
+            return False
+        try:
+            data = self.ctl.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            raise TemplateGone("the template stopped")
+        message = json.loads(data)
+        if message["op"] == "exited":
+            self.exited[message["pid"]] = message["code"]
+        else:
+            self.replies.append(message)
+        return True
+
+    def _reply(self, op: str) -> dict:
+        deadline = time.monotonic() + TEMPLATE_SECONDS
+        while not self.replies:
+            if not self._collect(deadline - time.monotonic()) and time.monotonic() > deadline:
+                raise TemplateGone(f"the template did not answer within {TEMPLATE_SECONDS:g} s")
+        message = self.replies.pop(0)
+        if message["op"] != op:
+            raise TemplateGone(f"the template answered {message['op']!r} to {op!r}")
+        return message
+
+    def _request(self, message: dict, fds: list[int] = ()) -> None:
+        try:
+            socket.send_fds(self.ctl, [json.dumps(message).encode()], list(fds))
+        except OSError as err:
+            raise TemplateGone(f"the template is gone ({err})") from None
+
+    def fork(self, uid: int, scratch: str) -> Forked:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._request({"op": "fork", "uid": uid, "scratch": scratch}, [theirs.fileno()])
+        finally:
+            theirs.close()
+        return Forked(self, self._reply("forked")["pid"], mine)
+
+    def end(self, uid: int, scratch: str) -> None:
+        """Kill every process of ``uid`` and remove what it left."""
+        self._request({"op": "stop", "uid": uid, "scratch": scratch})
+        self._reply("stopped")
+
+    def close(self) -> None:
+        self.ctl.close()
+        try:  # it has nothing to finish, and killed it is gone at once (its children with it)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        for folder in self.groups.values():
+            _empty_and_remove(folder)
+        shutil.rmtree(self.sandbox.support / "scratch" / self.name, ignore_errors=True)
+
+
+class Forked:
+    """A submission's runner forked from a template, as the session sees a process: its
+    connection as ``stdin``/``stdout``, and ``poll``/``wait`` for the exit status the template
+    reports."""
+
+    def __init__(self, template: Template, pid: int, sock: socket.socket):
+        self.template, self.pid, self.sock = template, pid, sock
+        self.stdin = sock.makefile("wb")
+        self.stdout = sock.makefile("rb", buffering=0)
+
+    def poll(self) -> int | None:
+        with contextlib.suppress(TemplateGone):
+            while self.pid not in self.template.exited and self.template._collect(0):
+                pass
+        if self.template.proc.poll() is not None:  # its children died with it
+            return self.template.exited.get(self.pid, -signal.SIGKILL)
+        return self.template.exited.get(self.pid)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout)
+            with contextlib.suppress(TemplateGone):
+                self.template._collect(min(0.1, deadline - time.monotonic()))
+        return self.poll()
+
+    def close(self) -> None:
+        for stream in (self.stdin, self.stdout, self.sock):
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 class Sandbox:
@@ -219,6 +354,8 @@ class Sandbox:
         self.support = Path(support).resolve()
         if write:
             self._write_support()
+        self.template: Template | None = None  # started at the first ``start`` that forks
+        self.template_name = ""  # its cgroups' and scratch folder's name; else "<pid>-template"
         probe = _cgroup_dirs(f"probe-{os.getpid()}")
         self.cgroups = bool(probe)
         for folder in probe.values():
@@ -243,11 +380,10 @@ class Sandbox:
             caps = (f"memory {self.limits.memory_mb} MB and {self.limits.max_procs} processes "
                     "via cgroup")
         else:
-            uid = {UID: UID_BASE, BUBBLEWRAP: NOBODY if os.geteuid() == 0 else None}.get(
-                self.isolation.kind)
+            # a uid of the sandbox's own, or (bubblewrap started by a user) the grader's
+            uid = UID_BASE if self.forks or self.isolation.kind == UID else None
             held = _rlimits_that_hold(self.limits, uid)
-            shared = " of nobody, shared by the sandboxes running at once" if uid == NOBODY \
-                else ""
+            shared = "" if uid is not None else ", shared with your own processes"
             named = [f"memory {self.limits.memory_mb} MB (address-space rlimit)"
                      if "memory" in held else
                      "memory NOT capped (no cgroup, and the address-space rlimit was refused)",
@@ -321,12 +457,38 @@ class Sandbox:
         python = str(Path(sys.prefix) / "bin" / "python")
         return python if Path(python).exists() else sys.executable
 
-    def command(self, uid: int | None = None) -> list[str]:
+    @property
+    def forks(self) -> bool:
+        """Whether each submission's runner is forked from a per-worker template (see
+        ``Template``): where the grader is root, so the template can hand each child its own
+        uid (the uid fallback; bubblewrap started by root). An unprivileged grader's bubblewrap
+        maps one uid only, so there every submission gets a sandbox of its own started anew;
+        so it does in the uid fallback where this Python lies where other users may not read
+        (a home folder), since a child imports from where its template found the packages."""
+        if self.isolation.kind == UID:  # the children read this Python where root does
+            return python_readable_by_others()
+        return self.isolation.kind == BUBBLEWRAP and os.geteuid() == 0
+
+    @property
+    def starts(self) -> str:
+        """How each submission's runner starts, in words (``doctor``, a run's first line)."""
+        if self.forks:
+            return "each submission forked from its worker's template (torch imported once)"
+        why = ("this Python is installed where other users may not read it"
+               if self.isolation.kind == UID else "the grader is not root"
+               if self.isolation.kind == BUBBLEWRAP else "no sandbox")
+        return f"each submission's runner started anew ({why})"
+
+    def command(self, uid: int | None = None, template: bool = False) -> list[str]:
+        """The command that starts the runner of one submission as ``uid``, or (``template``)
+        the worker's template, which stays root to give each child its uid."""
         python = self._python()
+        tail = ["--template"] if template else []
         if self.isolation.kind == NONE:
             return [python, str(self.support / "runner.py")]
         if self.isolation.kind == UID:
-            return as_uid(uid) + [python, str(self.support / "runner.py")]
+            prefix = ["setpriv", "--pdeathsig=KILL", "--"] if template else as_uid(uid)
+            return prefix + [python, str(self.support / "runner.py"), *tail]
         args = ["bwrap", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
@@ -346,15 +508,19 @@ class Sandbox:
                  "--ro-bind", str(self.support / "runner.py"), "/grader/runner.py",
                  "--ro-bind", str(self.support / "guard.py"), "/grader/guard.py",
                  "--ro-bind", str(self.support / "site"), "/grader/site",
-                 "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch",
+                 # a template's children each get a folder of their own uid here, and /scratch
+                 # itself is root's: they may enter their own folder, not write beside it
+                 "--perms", "0711" if template else "1777", "--size", str(SCRATCH_BYTES),
+                 "--tmpfs", "/scratch",
                  "--chdir", "/scratch", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                  "--unshare-uts", "--die-with-parent", "--new-session", "--clearenv"]
         for key, value in self.environment("/scratch", "/scratch", "/grader/site").items():
             args += ["--setenv", key, value]
+        if template:  # root, able to make children of other uids and clean up after them
+            for cap in TEMPLATE_CAPABILITIES:
+                args += ["--cap-add", cap]
         args.append("--")
-        if os.geteuid() == 0:
-            args += as_uid(NOBODY)
-        return args + [python, "/grader/runner.py"]
+        return args + [python, "/grader/runner.py", *tail]
 
     def environment(self, home: str, tmp: str, site: str) -> dict[str, str]:
         env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp,
@@ -372,31 +538,67 @@ class Sandbox:
         return env
 
     def start(self, name: str) -> Box:
-        """Start the runner for one submission; its stdin/stdout are the protocol pipes."""
+        """Start the runner for one submission; its stdin/stdout are the protocol pipes (a
+        socket when it is forked from this process's template)."""
+        if self.forks:
+            return self._fork(name)
+        groups = self._groups(name)
+        uid = uid_for(name) if self.isolation.kind == UID else None
+        return Box(self._popen(name, self.command(uid), groups, uid=uid), groups,
+                   self.support / "scratch" / name, uid)
+
+    def _groups(self, name: str) -> dict[str, Path]:
+        """The cgroups of one sandbox (or template), limits set; {} without cgroups."""
         groups = _cgroup_dirs(name) if self.cgroups else {}
         for controller, folder in groups.items():
             if controller in ("memory", "unified"):
                 _limit_memory(folder, self.limits.memory_mb * 2**20, controller == "unified")
             if controller in ("pids", "unified"):
                 (folder / "pids.max").write_text(str(self.limits.max_procs))
-        # join the cgroups before exec, so every process the sandbox ever forks is counted
+        return groups
+
+    def _popen(self, name: str, command: list[str], groups: dict[str, Path],
+               stdin=subprocess.PIPE, uid: int | None = None) -> subprocess.Popen:
+        """Start ``command`` in ``groups`` (joined before exec, so every process it ever forks
+        is counted), in a scratch folder ``name`` of its own (``uid``'s, when given)."""
         joins = " ".join(f"echo $$ > {folder / 'cgroup.procs'} &&" for folder in groups.values())
         scratch = self.support / "scratch" / name
         scratch.mkdir(parents=True, exist_ok=True)
-        uid = None
         env = {"PATH": os.environ.get("PATH", "/usr/bin")}
         if self.isolation.kind != BUBBLEWRAP:
             env = {**self.environment(str(scratch), str(scratch), str(self.support / "site")),
                    "PATH": env["PATH"]}
-        if self.isolation.kind == UID:
-            uid = uid_for(name)
+        if uid is not None:
             os.chown(scratch, uid, uid)
-            scratch.chmod(0o700)
-        proc = subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *self.command(uid)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=scratch, env=env,
-                                start_new_session=True)
-        return Box(proc, groups, scratch, uid)
+        scratch.chmod(0o700)
+        return subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *command],
+                                stdin=stdin, stdout=subprocess.PIPE if stdin == subprocess.PIPE
+                                else subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch,
+                                env=env, start_new_session=True)
+
+    def _fork(self, name: str) -> Box:
+        """One submission's runner, forked from the template (started, or started again if it
+        died, here)."""
+        uid = uid_for(name)
+        scratch = (Path("/scratch") if self.isolation.kind == BUBBLEWRAP
+                   else self.support / "scratch") / name
+        for attempt in (1, 2):
+            if self.template is None or self.template.proc.poll() is not None:
+                self.close_template()
+                self.template = Template(self)
+            try:
+                return Box(self.template.fork(uid, str(scratch)), self.template.groups,
+                           scratch, uid, oom_kills(self.template.groups))
+            except TemplateGone:
+                self.close_template()
+                if attempt == 2:
+                    raise
+
+    def close_template(self) -> None:
+        """Stop this process's template, if it has one (its children die with it)."""
+        if self.template is not None:
+            self.template.close()
+            self.template = None
 
     def cleanup(self, name: str) -> None:
         """Remove what a sandbox named ``name`` left if its grading worker died with it: its
@@ -413,6 +615,15 @@ class Sandbox:
     def stop(box: Box) -> bool:
         """Kill what is left of one sandbox; return True when it hit its memory limit."""
         proc = box.proc
+        if isinstance(proc, Forked):  # the template ends its uid; its cgroups stay
+            try:
+                proc.template.end(box.uid, str(box.scratch))
+            except TemplateGone:  # bubblewrap's processes died with it; on the host, not all
+                if proc.template.sandbox.isolation.kind == UID:
+                    _kill_uid(box.uid)
+                    shutil.rmtree(box.scratch, ignore_errors=True)
+            proc.close()
+            return oom_kills(box.groups) > box.oom_before
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -426,22 +637,42 @@ class Sandbox:
                 stream.close()
             except OSError:
                 pass
-        out_of_memory = False
-        for controller, folder in box.groups.items():
-            try:
-                if controller == "memory":  # oom_kill counts kills; failcnt (old kernels)
-                    control = (folder / "memory.oom_control").read_text().split()
-                    out_of_memory = (int(control[control.index("oom_kill") + 1]) > 0
-                                     if "oom_kill" in control else
-                                     int((folder / "memory.failcnt").read_text()) > 0)
-                elif controller == "unified":
-                    events = (folder / "memory.events").read_text().split()
-                    out_of_memory = int(events[events.index("oom_kill") + 1]) > 0
-            except (OSError, ValueError):
-                pass
+        out_of_memory = oom_kills(box.groups) > 0
+        for folder in box.groups.values():
             _empty_and_remove(folder)
         shutil.rmtree(box.scratch, ignore_errors=True)
         return out_of_memory
+
+
+def python_readable_by_others() -> bool:
+    """Whether every folder Python imports from (the standard library, site-packages) can be
+    read by a user with no rights of its own: every folder on the way searchable by others."""
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = Path(paths[key]).resolve()
+        for folder in (path, *path.parents):
+            if not folder.stat().st_mode & stat.S_IXOTH:
+                return False
+        if not path.stat().st_mode & stat.S_IROTH:
+            return False
+    return True
+
+
+def oom_kills(groups: dict[str, Path]) -> int:
+    """How many times the memory cgroup in ``groups`` killed for memory (on old kernels: hit
+    its limit); 0 without one."""
+    for controller, folder in groups.items():
+        try:
+            if controller == "memory":  # oom_kill counts kills; failcnt (old kernels)
+                control = (folder / "memory.oom_control").read_text().split()
+                return (int(control[control.index("oom_kill") + 1]) if "oom_kill" in control
+                        else int((folder / "memory.failcnt").read_text()))
+            if controller == "unified":
+                events = (folder / "memory.events").read_text().split()
+                return int(events[events.index("oom_kill") + 1])
+        except (OSError, ValueError):
+            pass
+    return 0
 
 
 def uid_for(name: str) -> int:
@@ -460,31 +691,7 @@ def _kill_uid(uid: int) -> None:
     another student's, would find it (and the disk would keep it)."""
     subprocess.run(as_uid(uid) + ["kill", "-KILL", "-1"], capture_output=True)
     for place in SHARED_WRITABLE:
-        _remove_owned(Path(place), uid)
-
-
-SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
-
-
-def _remove_owned(folder: Path, uid: int, depth: int = 0) -> None:
-    """Remove what ``uid`` owns in ``folder``, and in the folders there that anyone may write
-    (/tmp/.X11-unix), never following a symbolic link."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            info = entry.stat(follow_symlinks=False)
-            if info.st_uid == uid:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002 and depth < 4:
-                _remove_owned(Path(entry.path), uid, depth + 1)
-        except OSError:
-            pass
+        remove_owned(place, uid)
 
 
 def support_folder(out: Path, isolation: Isolation) -> Path:

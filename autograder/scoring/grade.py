@@ -46,14 +46,17 @@ from .feedback import write_feedback
 from .results import Result, Status
 from .workers import Failure, run_jobs
 
+WORKER_NICENESS = 5
 COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message",
            "flags")
 
 class _Worker:
-    """A grading worker's sandboxes: each submission gets a sandbox of its own, started while
-    the worker graded the one before (a sandbox starts Python, IPython and torch: about as long
-    as grading a short notebook), never used for a second one. Two per worker exist at a time,
-    so their names (cgroups, and uids in the uid fallback) alternate between two per worker."""
+    """A grading worker's sandboxes: each submission gets a sandbox of its own, never used for
+    a second one. Where the sandbox forks each submission's runner from this worker's template
+    (``Sandbox.forks``: the template imported torch once), a child starts in milliseconds.
+    Elsewhere each starts Python, IPython and torch anew, about as long as grading a short
+    notebook, so the next one starts while this one is graded. Either way two per worker exist
+    at most, and their names (cgroups, uids) alternate between two per worker."""
 
     sandbox: Sandbox | None = None
     index = 0
@@ -65,8 +68,12 @@ class _Worker:
               withhold: tuple[str, ...], refuse_attention: bool,
               preload: tuple[str, ...]) -> None:
         cls.index = index
+        # the run's own work (generate_assignment, the similarity report, the gradebook) goes
+        # first when the cores are busy: done beside the grading, it is not left for the end
+        os.nice(WORKER_NICENESS)
         cls.sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
                               refuse_attention=refuse_attention, preload=preload)
+        cls.sandbox.template_name = template_name(os.getppid(), index)
         atexit.register(cls.stop_ahead)
         cls.ahead = cls.start()
 
@@ -80,14 +87,21 @@ class _Worker:
         if cls.ahead is not None:
             cls.sandbox.stop(cls.ahead)
             cls.ahead = None
+        cls.sandbox.close_template()
 
     @classmethod
     def grade(cls, steps: list[Step]) -> Result:
         from .execute import grade_steps
 
         box, cls.ahead = cls.ahead or cls.start(), None
-        cls.ahead = cls.start()  # the next submission's, while this one is graded
+        if not cls.sandbox.forks:
+            cls.ahead = cls.start()  # the next submission's, while this one is graded
         return grade_steps(steps, cls.sandbox, box)
+
+
+def template_name(run: int, index: int) -> str:
+    """The name of grading worker ``index``'s template (cgroups, scratch folder) in run ``run``."""
+    return f"{run}-template{index}"
 
 
 def _grade_one(steps: list[Step]) -> Result:
@@ -341,14 +355,21 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     work = working_course(assignment, out / "course", settings.course)
     master = read_notebook(source_notebook(assignment, settings.course))
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
-    background = ThreadPoolExecutor(1)  # nbgrader's generate_assignment, beside the grading
+    mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
+    # beside the grading: nbgrader's generate_assignment, then the similarity report (against
+    # the whole export, other shards' students too; it needs the notebooks, not the grades)
+    background = ThreadPoolExecutor(1)
     generated = background.submit(lambda: read_notebook(
         generate(assignment, work) / f"{assignment}.ipynb"))
+    said: list[str] = []  # the report's line, logged after the grades
+    similar = background.submit(lambda: similarity.report_class(
+        master=master, notebooks={s.student_id: s.notebook for s in subs},
+        release=generated.result(), out=out, students=[s.student_id for s in mine],
+        log=said.append))
     background.shutdown(wait=False)
     run = _Run(assignment, out, work, max_score, generated, settings.policy,
                load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
-    mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
     _write_manifest(out, assignment, subs, mine, settings.shard)
     if settings.only:
         todo = [s for s in mine if s.student_id in settings.only]
@@ -361,7 +382,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
                       withhold=withheld(master), refuse_attention=refuses_attention(master),
                       preload=given_imports(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {settings.workers} worker(s); "
-        f"{sandbox.limits_in_force}")
+        f"{sandbox.limits_in_force}; {sandbox.starts}")
     try:
         _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
     except BaseException:  # interrupted: the rows written still get their gradebook copy
@@ -372,9 +393,9 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
         if sandbox.support != out / "sandbox":
             shutil.rmtree(sandbox.support, ignore_errors=True)
     run.record(wait=True)
-    flags = similarity.report_class(  # against the whole export, other shards' students too
-        master=master, notebooks={s.student_id: s.notebook for s in subs},
-        release=run.release, out=out, students=[s.student_id for s in mine], log=log)
+    flags = similar.result()
+    for line in said:
+        log(line)
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
@@ -413,15 +434,17 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
     # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
     deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
 
-    def cleanup(student, index):  # a worker died: what its two sandboxes left outside it
-        for slot in (2 * index, 2 * index + 1):
-            sandbox.cleanup(f"{os.getpid()}-{slot}")
+    def cleanup(student, index):  # a worker died: what its sandboxes left outside it
+        for name in (f"{os.getpid()}-{2 * index}", f"{os.getpid()}-{2 * index + 1}",
+                     template_name(os.getpid(), index)):
+            sandbox.cleanup(name)
 
     results = run_jobs(work, _grade_one, workers, deadline, setup=_Worker.setup,
                        setup_args=(str(sandbox.support), limits, sandbox.isolation,
                                    sandbox.withheld, sandbox.refuse_attention,
                                    sandbox.preload),
-                       on_failure=cleanup)
+                       teardown=_Worker.stop_ahead, on_failure=cleanup,
+                       preload=(__name__, "autograder.scoring.execute", "numpy", "torch"))
     try:
         for student, result in results:
             sub, steps = by_student[student]
@@ -440,6 +463,9 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
                 f"{run.out / 'grades.csv'}; run the same command again to grade the other "
                 f"{len(left)}")
         raise
+    finally:  # what a worker stopped before its teardown left of its template (cgroups)
+        for index in range(workers):
+            sandbox.cleanup(template_name(os.getpid(), index))
 
 
 def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:

@@ -161,6 +161,7 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
                 try:
                     result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}")
                 finally:
+                    sandbox.close_template()
                     shutil.rmtree(sandbox.support, ignore_errors=True)
             tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})
             report = _results(sum(t["score"] for t in tests),

@@ -13,6 +13,7 @@ which stops every worker and lets ``KeyboardInterrupt`` propagate (rows already 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +29,8 @@ class Failure:
     reason: str
 
 
-def _serve(conn, index: int, setup: Callable | None, setup_args: tuple, run: Callable) -> None:
+def _serve(conn, index: int, setup: Callable | None, setup_args: tuple, run: Callable,
+           teardown: Callable | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if setup is not None:
         setup(index, *setup_args)
@@ -37,8 +39,10 @@ def _serve(conn, index: int, setup: Callable | None, setup_args: tuple, run: Cal
             job = conn.recv()
         except EOFError:
             return
-        if job is None:
-            return
+        if job is None:  # done: clean up, and skip the interpreter's teardown (with torch
+            if teardown is not None:  # loaded it takes longer than the parent waits)
+                teardown()
+            os._exit(0)
         try:
             reply = ("ok", run(*job))
         except BaseException as exc:  # noqa: BLE001 - every way a job can fail is one row
@@ -52,11 +56,12 @@ def _serve(conn, index: int, setup: Callable | None, setup_args: tuple, run: Cal
 
 
 class _Worker:
-    def __init__(self, context, index, setup, setup_args, run):
+    def __init__(self, context, index, setup, setup_args, run, teardown):
         self.index = index
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve,
-                                       args=(child, index, setup, setup_args, run), daemon=True)
+                                       args=(child, index, setup, setup_args, run, teardown),
+                                       daemon=True)
         self.process.start()
         child.close()
         self.key: Any = None
@@ -71,23 +76,28 @@ class _Worker:
 
 def run_jobs(jobs: Iterable[tuple[Any, tuple]], run: Callable, workers: int, deadline: float,
              setup: Callable | None = None, setup_args: tuple = (),
+             teardown: Callable | None = None, preload: tuple[str, ...] = (),
              on_failure: Callable[[Any, int], None] | None = None
              ) -> Iterator[tuple[Any, Any]]:
     """Run ``run(*args)`` for each ``(key, args)`` of ``jobs`` in ``workers`` processes; yield
     ``(key, result)`` as jobs finish, where ``result`` is ``run``'s value or a ``Failure``.
 
     ``setup(index, *setup_args)`` runs once in each new worker, ``index`` being its place in
-    the pool (0 .. workers - 1; a replacement takes the place of the worker it replaces). A job
+    the pool (0 .. workers - 1; a replacement takes the place of the worker it replaces), and
+    ``teardown()`` in each worker told it is no longer needed, before it exits. A job
     still running ``deadline`` seconds after it started is stopped (its worker is killed);
     ``on_failure(key, index)`` is called after a worker was killed or died with that job, to
     clean up what it left outside itself.
-    ``run`` and its arguments must be picklable (workers are spawned, not forked).
+    ``run`` and its arguments must be picklable: workers are forked from multiprocessing's
+    fork server, a fresh process (no threads, none of this one's state) that imported
+    ``preload`` once, so each worker starts with those imports done.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))  # takes effect when the server starts
     pending = list(jobs)[::-1]
-    pool = [_Worker(context, i, setup, setup_args, run)
+    pool = [_Worker(context, i, setup, setup_args, run, teardown)
             for i in range(min(workers, len(pending)))]
     try:
         while pending or any(w.key is not None for w in pool):
@@ -126,7 +136,8 @@ def run_jobs(jobs: Iterable[tuple[Any, tuple]], run: Callable, workers: int, dea
                 w.stop()
                 if on_failure is not None:
                     on_failure(key, w.index)
-                pool[i] = _Worker(context, i, setup, setup_args, run) if pending else w
+                pool[i] = (_Worker(context, i, setup, setup_args, run, teardown) if pending
+                           else w)
                 w.key = None
                 yield key, Failure(failure)
     finally:

@@ -1,0 +1,165 @@
+"""Each submission's runner is a child forked from its grading worker's template, a process that
+imported torch once (``sandbox.Template``). What a child may have of the template is its
+imports, nothing else: not root, not a capability, not the template's connection to the
+grader; and what a child leaves (files, processes) is gone before the next one starts.
+
+Runs with the isolation in force: bubblewrap here, and the uid fallback when
+``test_container.py`` runs this file under Docker's capabilities with a Python others can read.
+"""
+
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder.isolation.kinds import choose
+from autograder.isolation.remote import SandboxGone, Session
+from autograder.isolation.sandbox import (
+    Limits,
+    Sandbox,
+    python_readable_by_others,
+    sandbox_problem,
+    support_folder,
+    uid_for,
+)
+
+ISOLATION = os.environ.get("SEQLAB_TEST_ISOLATION", "bubblewrap")
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()) or os.geteuid() != 0,
+                                reason="needs a sandbox started by root (which forks)")
+
+FACTS = r'''
+import os, sys
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+links = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # the listing's own, closed by now
+        pass
+try:
+    os.kill(os.getppid(), 0)
+    parent = "signalled"
+except PermissionError:
+    parent = "refused"
+try:
+    open(os.path.join(os.path.dirname(os.getcwd()), "beside-my-folder"), "w")
+    beside = "written"
+except OSError:
+    beside = "refused"
+here = os.stat(os.getcwd())
+FACTS = {"uid": list(os.getresuid()), "gid": list(os.getresgid()), "groups": os.getgroups(),
+         "caps": [int(status[k], 16) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb")],
+         "no_new_privs": status["NoNewPrivs"].strip(), "parent": parent, "beside": beside,
+         "sockets": len({link for link in links if link.startswith("socket:")}),
+         "folder": [here.st_uid, oct(here.st_mode & 0o777)], "torch": "torch" in sys.modules}
+'''
+
+LEAVES = r'''
+import os, time
+with open("/tmp/left-by-the-last-student", "w") as handle:
+    handle.write("for the next one")
+read, write = os.pipe()
+if os.fork() == 0:  # a daemon in a session of its own, outliving the cell
+    os.setsid()
+    if os.fork() == 0:
+        os.write(write, str(os.getpid()).encode())
+        time.sleep(600)
+    os._exit(0)
+DAEMON = int(os.read(read, 32))
+'''
+
+OWNERS = r'''
+import os
+OWNERS = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        OWNERS.append(int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0]))
+    except (OSError, IndexError):
+        pass
+LEFT = os.path.exists("/tmp/left-by-the-last-student")
+'''
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    assert choose().kind == ISOLATION
+    box = Sandbox(support_folder(tmp_path, choose()), Limits(timeout_cell=20), choose(),
+                  preload=("torch",))
+    assert box.forks, "root's sandbox forks each runner from a template"
+    yield box
+    box.close_template()
+    shutil.rmtree(box.support, ignore_errors=True)
+
+
+def run(session: Session, code: str, name: str):
+    reply = session.run_cell(code, 0, 20)
+    assert reply["ok"], reply
+    return session.get(name, 20)
+
+
+def test_a_child_has_its_imports_and_nothing_else_of_the_template(sandbox):
+    seen = []
+    for slot in (0, 1):
+        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}"))
+        facts = run(session, FACTS, "FACTS")
+        session.close()
+        uid = uid_for(f"{os.getpid()}-{slot}")
+        assert facts["uid"] == [uid] * 3 and facts["gid"] == [uid] * 3, facts
+        assert facts["groups"] == [] and facts["caps"] == [0, 0, 0, 0], facts
+        assert facts["no_new_privs"] == "1", facts
+        assert facts["parent"] == "refused", "the template is root's: no signal reaches it"
+        assert facts["sockets"] == 1, "only its own connection, never the template's"
+        assert facts["beside"] == "refused" and facts["folder"] == [uid, "0o700"], facts
+        assert facts["torch"], "torch came imported from the template"
+        seen.append(facts["uid"][0])
+    assert seen[0] != seen[1], "two submissions in a row never share a uid"
+
+
+def test_a_child_leaves_nothing_for_the_next(sandbox):
+    first = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
+    daemon = run(first, LEAVES, "DAEMON")
+    uid = uid_for(f"{os.getpid()}-0")
+    first.close()
+    for slot in (1, 0):  # the next submission, then the one after, which gets the same uid
+        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}"))
+        itself = int(uid_for(f"{os.getpid()}-{slot}") == uid)  # the one process it may see
+        assert run(session, OWNERS, "OWNERS").count(uid) == itself, \
+            f"a process of uid {uid} (daemon {daemon}) outlived its submission"
+        assert not session.get("LEFT", 20), "its file in /tmp outlived it"
+        session.close()
+
+
+def test_a_template_that_died_is_replaced(sandbox):
+    session = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
+    os.killpg(sandbox.template.proc.pid, signal.SIGKILL)
+    sandbox.template.proc.wait()
+    with pytest.raises(SandboxGone, match="kernel died"):
+        session.run_cell("print('still here?')", 0, 10)
+    session.close()
+    after = Session(sandbox, sandbox.start(f"{os.getpid()}-1"))
+    assert after.run_cell("print('graded')", 0, 10)["stdout"] == "graded\n"
+    after.close()
+
+
+def test_the_uid_fallback_forks_only_where_others_can_read_python(monkeypatch):
+    """A child imports from where its template found Python; where that is a home folder
+    others may not enter (pyenv in /root), the uid fallback starts each runner anew, from a
+    Python its uid can run."""
+    import sysconfig
+
+    base = Path(tempfile.mkdtemp())  # in /tmp, which others may enter
+    try:
+        lib = base / "home" / "lib"
+        lib.mkdir(parents=True)
+        for folder in (base, base / "home", lib):
+            folder.chmod(0o755)
+        monkeypatch.setattr(sysconfig, "get_paths", lambda: dict.fromkeys(
+            ("stdlib", "platstdlib", "purelib", "platlib"), str(lib)))
+        assert python_readable_by_others()
+        (base / "home").chmod(0o700)
+        assert not python_readable_by_others()
+    finally:
+        shutil.rmtree(base)
