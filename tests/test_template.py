@@ -73,12 +73,14 @@ DAEMON = int(os.read(read, 32))
 
 OWNERS = r'''
 import os
-OWNERS = []
+OWNERS = []  # of the processes that run (a zombie runs no code)
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        OWNERS.append(int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0]))
-    except (OSError, IndexError):
-        pass
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    except (OSError, ValueError):
+        continue
+    if status["State"].split()[0] != "Z":
+        OWNERS.append(int(status["Uid"].split()[0]))
 LEFT = os.path.exists("/tmp/left-by-the-last-student")
 '''
 

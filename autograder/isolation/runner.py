@@ -30,6 +30,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 
 # Every request the grader may send, (op, *arguments); the runner refuses any other. Replies are
@@ -441,19 +442,37 @@ def remove_owned(folder, uid, depth=0):
             pass
 
 
-def kill_all_of(uid):
-    """Kill every process of ``uid``: as that uid for a moment (``kill(-1)`` reaches only its
-    own, in one pass of the kernel's, so a fork bomb cannot outrun it), then root again (the
-    saved uid; no process is forked, so a full process table cannot stop it)."""
-    os.setresuid(uid, uid, 0)
-    try:
-        for _ in range(2):
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-    finally:
-        os.setresuid(0, 0, 0)
+def kill_all_of(uid, wait=5.0):
+    """Kill every process of ``uid`` and wait until none runs: as that uid for a moment
+    (``kill(-1)`` reaches only its own, in one pass of the kernel's, so a fork bomb cannot
+    outrun it), then root again (the saved uid; no process is forked, so a full process table
+    cannot stop it). A killed process dies a moment later; one left a zombie runs no code."""
+    deadline = time.monotonic() + wait
+    while True:
+        os.setresuid(uid, uid, 0)
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.setresuid(0, 0, 0)
+        if not running_as(uid) or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+def running_as(uid):
+    """The ids of the processes of ``uid`` that are not zombies."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                status = dict(line.split(":", 1) for line in handle if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if int(status["Uid"].split()[0]) == uid and not status["State"].split()[0] == "Z":
+            found.append(int(pid))
+    return found
 
 
 def drop_to(uid):
