@@ -3,8 +3,11 @@
 
 Prints both wall times, both score sums (each must be N x 18) and the ratio (goal: 3x on 2
 cores). Both sides start from a generated assignment; nbgrader's side grades all students in
-one command, as instructors run it. ``--isolation uid`` grades with the uid fallback (as in
-Docker or on Gradescope) instead of bubblewrap, on a copy of the course only root may read.
+one command, as instructors run it. Then where one submission's time goes: starting its
+sandbox anew against forking its runner from a worker's template, and grading its cells.
+``--isolation uid`` grades with the uid fallback (as in Docker or on Gradescope) instead of
+bubblewrap, on a copy of the course only root may read (the uid fallback forks only where
+other users may read this Python: run it with one installed in /usr to see that).
 
     python benchmarks/grading_throughput.py [--copies N] [--workers W] [--isolation uid]
 """
@@ -68,6 +71,50 @@ def ours(copies: int, workers: int, tmp: Path, isolation: str) -> tuple[float, f
     return time.perf_counter() - start, sum(r["score"] for r in rows)
 
 
+def mean_seconds(fn, times: int = 5) -> float:
+    start = time.perf_counter()
+    for _ in range(times):
+        fn()
+    return (time.perf_counter() - start) / times
+
+
+def starts(isolation: str, tmp: Path) -> None:
+    """One submission's costs, in this process: a sandbox started anew (Python, IPython and
+    torch imported) against a runner forked from the template, and grading the solution."""
+    from autograder.intake.normalize import given_imports, plan, read_notebook
+    from autograder.isolation.kinds import UID, Isolation, choose
+    from autograder.isolation.remote import Session
+    from autograder.isolation.sandbox import Limits, Sandbox, support_folder
+    from autograder.scoring.execute import grade_steps
+
+    chosen = Isolation(UID, "asked for") if isolation == "uid" else choose()
+    master = read_notebook(source_notebook(A))
+
+    class Anew(Sandbox):
+        forks = False
+
+    made = {kind: kind(support_folder(tmp / kind.__name__, chosen), Limits(), chosen,
+                       preload=given_imports(master)) for kind in (Sandbox, Anew)}
+    if not made[Sandbox].forks:
+        print(f"(no template here: {made[Sandbox].starts})")
+        return
+    slot = iter(range(10**6))
+
+    def ready(sandbox):
+        Session(sandbox, sandbox.start(f"{os.getpid()}-{next(slot) % 2}")).close()
+
+    template = mean_seconds(lambda: (made[Sandbox].close_template(), ready(made[Sandbox])), 2)
+    forked, anew = mean_seconds(lambda: ready(made[Sandbox])), mean_seconds(lambda: ready(
+        made[Anew]))
+    steps = plan(master, master)
+    graded = mean_seconds(lambda: grade_steps(steps, made[Sandbox], f"{os.getpid()}-0"))
+    made[Sandbox].close_template()
+    print(f"one submission ({chosen.kind}, mean of 5): a sandbox started anew {anew:.2f} s; "
+          f"a runner forked from the template {forked:.3f} s ({anew / forked:.0f}x less; the "
+          f"template itself {template - forked:.2f} s, once per worker); its start and "
+          f"grading, forked: {graded:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=40)
@@ -83,6 +130,9 @@ def main() -> None:
     print(f"autograder, {args.workers} workers:    {our_s:7.1f} s  (score sum {our_total:g}, "
           f"{args.isolation}; includes generate_assignment)")
     print(f"speed-up: {ref_s / our_s:.2f}x (goal: >= 3x)")
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp).chmod(0o711)  # the uid fallback's scratch folders are inside
+        starts(args.isolation, Path(tmp))
 
 
 if __name__ == "__main__":
