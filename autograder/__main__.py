@@ -17,7 +17,8 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-notebook", type=float, default=300,
                    help="seconds per submission, all cells together (default 300)")
     p.add_argument("--memory-mb", type=int, default=4096,
-                   help="memory per submission in MB (default 4096)")
+                   help="memory per submission in MB, the torch its runner inherits from its "
+                        "worker's template included (default 4096)")
     p.add_argument("--max-procs", type=int, default=256,
                    help="processes and threads per submission (default 256)")
 

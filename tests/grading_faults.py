@@ -1,5 +1,5 @@
 """Jobs that fail in every way a grading worker can, for the worker pool's tests (importable by
-name, because the pool's workers are spawned processes)."""
+name: the pool's workers are forked from a fork server, which imports it by name)."""
 
 import faulthandler
 import os

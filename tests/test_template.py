@@ -10,6 +10,7 @@ Runs with the isolation in force: bubblewrap here, and the uid fallback when
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -69,6 +70,12 @@ if os.fork() == 0:  # a daemon in a session of its own, outliving the cell
         time.sleep(600)
     os._exit(0)
 DAEMON = int(os.read(read, 32))
+try:  # a private shared-memory segment: System V IPC outlives its processes
+    import ctypes
+    libc = ctypes.CDLL(None)
+    SEGMENT = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+except PermissionError:  # the uid fallback refuses ctypes (and has no other way to make one)
+    SEGMENT = None
 '''
 
 OWNERS = r'''
@@ -82,6 +89,8 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     if status["State"].split()[0] != "Z":
         OWNERS.append(int(status["Uid"].split()[0]))
 LEFT = os.path.exists("/tmp/left-by-the-last-student")
+with open("/proc/sysvipc/shm") as handle:
+    SEGMENTS = [int(line.split()[1]) for line in list(handle)[1:]]
 '''
 
 
@@ -123,6 +132,8 @@ def test_a_child_has_its_imports_and_nothing_else_of_the_template(sandbox):
 def test_a_child_leaves_nothing_for_the_next(sandbox):
     first = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
     daemon = run(first, LEAVES, "DAEMON")
+    segment = first.get("SEGMENT", 20)
+    assert segment is None or segment >= 0
     uid = uid_for(f"{os.getpid()}-0")
     first.close()
     for slot in (1, 0):  # the next submission, then the one after, which gets the same uid
@@ -131,6 +142,7 @@ def test_a_child_leaves_nothing_for_the_next(sandbox):
         assert run(session, OWNERS, "OWNERS").count(uid) == itself, \
             f"a process of uid {uid} (daemon {daemon}) outlived its submission"
         assert not session.get("LEFT", 20), "its file in /tmp outlived it"
+        assert segment not in session.get("SEGMENTS", 20), "its shared memory outlived it"
         session.close()
 
 
@@ -165,3 +177,19 @@ def test_the_uid_fallback_forks_only_where_others_can_read_python(monkeypatch):
         assert not python_readable_by_others()
     finally:
         shutil.rmtree(base)
+
+
+def test_a_new_run_removes_the_cgroups_of_runs_that_died(tmp_path):
+    """cgroups outlive their processes: a grading run killed before its cleanup leaves its
+    sandboxes' folders, which the next run removes (those of runs still going stay)."""
+    from autograder.isolation.sandbox import _cgroup_dirs
+
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True)
+    stale, alive = _cgroup_dirs(f"{int(dead.stdout)}-0"), _cgroup_dirs(f"{os.getpid()}-0")
+    if not stale:
+        pytest.skip("this host does not let the grader make cgroups")
+    Sandbox(support_folder(tmp_path, choose()), Limits(), choose()).close_template()
+    assert not any(folder.exists() for folder in stale.values())
+    assert all(folder.exists() for folder in alive.values())
+    for folder in alive.values():
+        folder.rmdir()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from grading_faults import job
@@ -63,10 +64,18 @@ def export(folder, students):
     return folder
 
 
+def cgroup_folders() -> set:
+    """The grader's cgroups on this host (none where it cannot make them)."""
+    parents = [Path("/sys/fs/cgroup", c, "seqlab-grader") for c in ("memory", "pids", "")]
+    return {p for parent in parents if parent.is_dir() for p in parent.iterdir() if p.is_dir()}
+
+
 @needs_sandbox
 def test_a_worker_killed_mid_submission_costs_only_that_students_row(tmp_path):
+    """...and leaves nothing behind: its sandbox's (or template's) cgroups are removed."""
     subs = export(tmp_path / "subs", {"a_sleeper": notebook(sleep=40), "b_correct": notebook()})
     killed = []
+    before = cgroup_folders()
 
     def kill_the_worker():
         deadline = time.monotonic() + 120
@@ -87,6 +96,7 @@ def test_a_worker_killed_mid_submission_costs_only_that_students_row(tmp_path):
     assert rows["a_sleeper"]["status"] == "error", rows["a_sleeper"]
     assert "the grading worker died" in rows["a_sleeper"]["message"]
     assert (rows["b_correct"]["status"], rows["b_correct"]["score"]) == ("graded", 18.0)
+    assert cgroup_folders() - before == set()
 
 
 @needs_sandbox

@@ -2,8 +2,9 @@
 
 - ``bubblewrap``: namespaces. The sandbox sees a read-only whitelist of the system (the course,
   the output and other students' files are not there at all), has no network, its own process
-  tree and scratch space; student code runs as an unprivileged uid (one per submission where
-  the grader is root, see ``sandbox.Template``; the grader's own otherwise). Needs unprivileged
+  tree and scratch space; student code runs as an unprivileged uid (where the grader is root,
+  one of two per grading worker in turn, see ``sandbox.Template``; the grader's own
+  otherwise). Needs unprivileged
   user namespaces, or root with ``CAP_SYS_ADMIN``, which Docker's default capability set (so
   Gradescope) does not grant.
 - ``uid``: where namespaces are unavailable but the grader is root (Gradescope, ``docker run``).

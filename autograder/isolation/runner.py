@@ -10,11 +10,12 @@ unpickles, imports or calls anything that came from here. Whatever student code 
 process (patching it included) can therefore change only the data sent back, never a test.
 
 Run with ``--template``, it is a grading worker's template instead (``template``): it imports the
-heavy packages once and forks the runner of each submission, which becomes a uid of its own.
+heavy packages once and forks the runner of each submission, which becomes an unprivileged uid.
 """
 
 import base64
 import builtins
+import contextlib
 import importlib
 import importlib.util
 import io
@@ -442,23 +443,53 @@ def remove_owned(folder, uid, depth=0):
             pass
 
 
-def kill_all_of(uid, wait=5.0):
-    """Kill every process of ``uid`` and wait until none runs: as that uid for a moment
-    (``kill(-1)`` reaches only its own, in one pass of the kernel's, so a fork bomb cannot
-    outrun it), then root again (the saved uid; no process is forked, so a full process table
-    cannot stop it). A killed process dies a moment later; one left a zombie runs no code."""
+@contextlib.contextmanager
+def acting_as(uid):
+    """Act as ``uid`` for a moment, then be root again (the saved uid): what only the owner may
+    do, without forking (so a full process table cannot stop it)."""
+    os.setresuid(uid, uid, 0)
+    try:
+        yield
+    finally:
+        os.setresuid(0, 0, 0)
+
+
+def end_uid(uid, wait=5.0):
+    """Kill every process of ``uid``, wait until none runs, and remove its System V IPC
+    objects, which outlive their processes. ``kill(-1)`` as that uid reaches only its own, in
+    one pass of the kernel's, so a fork bomb cannot outrun it; a killed process dies a moment
+    later, and one left a zombie runs no code."""
     deadline = time.monotonic() + wait
     while True:
-        os.setresuid(uid, uid, 0)
-        try:
+        with acting_as(uid), contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        finally:
-            os.setresuid(0, 0, 0)
         if not running_as(uid) or time.monotonic() > deadline:
-            return
+            break
         time.sleep(0.01)
+    with acting_as(uid):
+        remove_ipc_of(uid)
+
+
+def remove_ipc_of(uid):
+    """Remove the shared memory segments, message queues and semaphore sets ``uid`` owns or
+    created (as that uid: their owner or creator may)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_rmid = 0
+    remove = {"shm": lambda ipc: libc.shmctl(ipc, ipc_rmid, None),
+              "msg": lambda ipc: libc.msgctl(ipc, ipc_rmid, None),
+              "sem": lambda ipc: libc.semctl(ipc, 0, ipc_rmid)}
+    for kind, rmid in remove.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as handle:
+                header, *rows = [line.split() for line in handle]
+        except (OSError, ValueError):
+            continue
+        for row in rows:
+            fields = dict(zip(header, row))
+            if uid in (int(fields["uid"]), int(fields["cuid"])):
+                rmid(int(row[1]))  # the second column is the object's id
 
 
 def running_as(uid):
@@ -572,7 +603,7 @@ def template(ctl):
             send({"op": "forked", "pid": pid})
         elif request["op"] == "stop":
             uid = request["uid"]
-            kill_all_of(uid)
+            end_uid(uid)
             for place in SHARED_WRITABLE:
                 remove_owned(place, uid)
             shutil.rmtree(request["scratch"], ignore_errors=True)

@@ -3,8 +3,9 @@
 The sandbox sees a whitelist, not the host: the system (/usr, /etc), this Python and its
 environment, and a support folder with the runner. The course (source notebooks, hidden tests),
 the gradebook, the output folder and every other student's files are simply not there. It has no
-network (a fresh network namespace: not even the host's loopback), writes only to its own
-size-capped scratch tmpfs, and runs as an unprivileged uid when the grader is root. Packages an
+network (a fresh network namespace: not even the host's loopback), writes only to its
+size-capped scratch folder and /tmp (tmpfs), and runs as an unprivileged uid when the grader is
+root. Packages an
 answer must not call (the course's reference implementation, nltk, sacrebleu, transformers, and
 whatever an assignment's master notebook lists under ``metadata.autograder.withhold``) are
 withheld: a stub that raises ImportError is mounted over each one's real folder (found by real
@@ -19,9 +20,10 @@ says which.
 
 Starting Python and importing torch is most of a sandbox's start (about 1.3 s of CPU). Where the
 grader is root, each grading worker therefore keeps a ``Template``: one sandbox that imported
-torch once, from which each submission's runner is forked as a child that becomes a uid of its
-own before any student code runs, and whose processes and files are removed after it. Under
-bubblewrap, a worker's submissions share that sandbox's namespaces in turn, never at once.
+torch once, from which each submission's runner is forked as a child that becomes an
+unprivileged uid (not the one of the submission before it) before any student code runs, and
+whose processes, files and IPC objects are removed after it. Under bubblewrap, a worker's
+submissions share that sandbox (its /tmp, namespaces, cgroups) in turn, never at once.
 """
 
 from __future__ import annotations
@@ -168,6 +170,32 @@ def _empty_and_remove(folder: Path, wait: float = 5.0) -> None:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.05)
+
+
+def remove_stale_cgroups() -> None:
+    """Remove the cgroups of grading runs that died before they could (killed): cgroups outlive
+    their processes. Grading names its sandboxes' "<process id of the run>-...": a folder whose
+    run no longer exists is stale (its processes, if any are left, are killed)."""
+    for parent in (*(CGROUP_V1 / c / CGROUP_PARENT for c in ("memory", "pids")),
+                   CGROUP_V1 / CGROUP_PARENT):
+        try:
+            folders = [f for f in parent.iterdir() if f.is_dir()]
+        except OSError:
+            continue
+        for folder in folders:
+            run = folder.name.split("-")[0]
+            if run.isdigit() and not _running(int(run)):
+                _empty_and_remove(folder)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 COLAB_STAND_IN = '''"""Stand-in for google.colab while a notebook is graded: nothing to mount."""
@@ -352,8 +380,9 @@ class Sandbox:
         self.preload = tuple(p for p in dict.fromkeys(wanted)
                              if p in PRELOADABLE and p not in self.withheld)
         self.support = Path(support).resolve()
-        if write:
+        if write:  # the grading process: workers pass write=False
             self._write_support()
+            remove_stale_cgroups()
         self.template: Template | None = None  # started at the first ``start`` that forks
         self.template_name = ""  # its cgroups' and scratch folder's name; else "<pid>-template"
         probe = _cgroup_dirs(f"probe-{os.getpid()}")

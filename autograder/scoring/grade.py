@@ -10,7 +10,6 @@ At the end it writes the similarity report (similarity.py) and the ``flags`` col
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import csv
 import hashlib
@@ -59,28 +58,28 @@ class _Worker:
     at most, and their names (cgroups, uids) alternate between two per worker."""
 
     sandbox: Sandbox | None = None
+    run = 0  # the grading process's id, which names this run's sandboxes
     index = 0
     started = 0
     ahead = None
 
     @classmethod
-    def setup(cls, index: int, support: str, limits: Limits, isolation: Isolation,
+    def setup(cls, index: int, run: int, support: str, limits: Limits, isolation: Isolation,
               withhold: tuple[str, ...], refuse_attention: bool,
               preload: tuple[str, ...]) -> None:
-        cls.index = index
+        cls.index, cls.run = index, run
         # the run's own work (generate_assignment, the similarity report, the gradebook) goes
         # first when the cores are busy: done beside the grading, it is not left for the end
         os.nice(WORKER_NICENESS)
         cls.sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
                               refuse_attention=refuse_attention, preload=preload)
-        cls.sandbox.template_name = template_name(os.getppid(), index)
-        atexit.register(cls.stop_ahead)
+        cls.sandbox.template_name = template_name(run, index)
         cls.ahead = cls.start()
 
     @classmethod
     def start(cls):
         cls.started += 1
-        return cls.sandbox.start(f"{os.getppid()}-{2 * cls.index + cls.started % 2}")
+        return cls.sandbox.start(f"{cls.run}-{2 * cls.index + cls.started % 2}")
 
     @classmethod
     def stop_ahead(cls) -> None:
@@ -375,23 +374,22 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
         todo = [s for s in mine if s.student_id in settings.only]
     else:
         todo = [s for s in mine if settings.regrade or s.student_id not in run.previous]
-        if len(todo) < len(mine):
-            log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
-                "(--regrade grades them again, --only ID... regrades chosen students)")
     sandbox = Sandbox(support_folder(out, isolation), settings.limits, isolation,
                       withhold=withheld(master), refuse_attention=refuses_attention(master),
                       preload=given_imports(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {settings.workers} worker(s); "
         f"{sandbox.limits_in_force}; {sandbox.starts}")
+    if not settings.only and len(todo) < len(mine):
+        log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
+            "(--regrade grades them again, --only ID... regrades chosen students)")
     try:
         _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
     except BaseException:  # interrupted: the rows written still get their gradebook copy
         with contextlib.suppress(Exception):
             run.record(wait=True)
         raise
-    finally:
-        if sandbox.support != out / "sandbox":
-            shutil.rmtree(sandbox.support, ignore_errors=True)
+    finally:  # the runner's copy and the scratch folders: nothing an instructor needs
+        shutil.rmtree(sandbox.support, ignore_errors=True)
     run.record(wait=True)
     flags = similar.result()
     for line in said:
@@ -440,7 +438,7 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
             sandbox.cleanup(name)
 
     results = run_jobs(work, _grade_one, workers, deadline, setup=_Worker.setup,
-                       setup_args=(str(sandbox.support), limits, sandbox.isolation,
+                       setup_args=(os.getpid(), str(sandbox.support), limits, sandbox.isolation,
                                    sandbox.withheld, sandbox.refuse_attention,
                                    sandbox.preload),
                        teardown=_Worker.stop_ahead, on_failure=cleanup,
