@@ -330,7 +330,8 @@ class Session:
         name, value = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))
         if name == "CellTimeout":
             self.timed_out = True
-            raise TimeoutError(f"your code ran past its time limit ({value})")
+            raise TimeoutError("your code ran past the test cell's time limit of "
+                               f"{self.sandbox.limits.timeout_cell:g} s")
         exc = getattr(builtins, name, None)
         if isinstance(exc, type) and issubclass(exc, Exception) and exc not in (
                 StopIteration, StopAsyncIteration):

@@ -199,7 +199,7 @@ class Runner:
 
     def timed(self, seconds, fn):
         def expire(signum, frame):
-            raise CellTimeout(f"the cell ran past its time limit of {seconds:g} s")
+            raise CellTimeout(f"the cell ran past its time limit of {seconds:.3g} s")
 
         signal.signal(signal.SIGALRM, expire)
         signal.setitimer(signal.ITIMER_REAL, seconds)
