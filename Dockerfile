@@ -21,6 +21,7 @@ COPY assignments assignments
 # The CPU build of torch (the grader needs no GPU): a tenth of the CUDA build's size.
 RUN pip install --no-cache-dir torch --index-url https://download.pytorch.org/whl/cpu \
     && pip install --no-cache-dir ".[grader]" \
+    && python -m autograder hide-withheld \
     && chmod -R go-rwx /course \
     && mkdir -m 0700 /grading
 

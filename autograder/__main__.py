@@ -34,7 +34,7 @@ def _doctor(limits, course: Path) -> str:
     import tempfile
 
     from .isolation.kinds import choose, report
-    from .isolation.sandbox import Sandbox, support_folder
+    from .isolation.sandbox import WITHHELD, Sandbox, package_folders, support_folder
 
     try:
         isolation = choose()
@@ -44,7 +44,8 @@ def _doctor(limits, course: Path) -> str:
         sandbox = Sandbox(support_folder(Path(tmp), isolation), limits, isolation)
         try:
             return report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
-                          f"{limits.timeout_notebook:g} s per notebook", course) + \
+                          f"{limits.timeout_notebook:g} s per notebook", course,
+                          package_folders(WITHHELD)) + \
                 f"\n  starts: {sandbox.starts}"
         finally:
             shutil.rmtree(sandbox.support, ignore_errors=True)
@@ -112,6 +113,14 @@ def gradescope_run_command(args) -> int:
     report = run(check_assignment(args.assignment, args.course), args.submission, args.results,
                  args.course, _limits(args))
     print(report["output"])
+    return 0
+
+
+def hide_withheld_command(args) -> int:
+    from .isolation.sandbox import hide_withheld
+
+    for folder in hide_withheld():
+        print(f"closed to other users: {folder}")
     return 0
 
 
@@ -196,6 +205,10 @@ def parser() -> argparse.ArgumentParser:
     p = command("doctor", doctor_command, "say which isolation grading would use here, which "
                                           "limits hold, and what to fix")
     _limit_flags(p)
+
+    command("hide-withheld", hide_withheld_command, "close the packages no answer may use "
+            "(the course's library, nltk, sacrebleu, transformers, the grader) to other users, "
+            "as the uid fallback requires (Docker, Gradescope)")
 
     p = command("selftest", selftest_command, "solution gets full marks, release gets 0")
     p.add_argument("assignment", nargs="*", help="default: every assignment")

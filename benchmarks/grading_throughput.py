@@ -58,17 +58,25 @@ def ours(copies: int, workers: int, tmp: Path, isolation: str) -> tuple[float, f
         shutil.copy(source_notebook(A), subs / f"student{i:03d}" / f"{A}.ipynb")
     course = COURSE
     chosen = None
-    if isolation == "uid":
+    modes = {}
+    if isolation == "uid":  # the course and the withheld packages closed to others, meanwhile
         from autograder.isolation.kinds import UID, Isolation
+        from autograder.isolation.sandbox import WITHHELD, hide_withheld, package_folders
 
         chosen = Isolation(UID, "asked for by --isolation uid")
         course = tmp / "course"
         shutil.copytree(COURSE, course)
         course.chmod(0o700)
-    start = time.perf_counter()
-    rows = grade(A, subs, tmp / "ours", course, workers=workers, isolation=chosen,
-                 log=lambda *a: None)
-    return time.perf_counter() - start, sum(r["score"] for r in rows)
+        modes = {folder: folder.stat().st_mode for folder in package_folders(WITHHELD)}
+        hide_withheld()
+    try:
+        start = time.perf_counter()
+        rows = grade(A, subs, tmp / "ours", course, workers=workers, isolation=chosen,
+                     log=lambda *a: None)
+        return time.perf_counter() - start, sum(r["score"] for r in rows)
+    finally:
+        for folder, mode in modes.items():
+            folder.chmod(mode)
 
 
 def mean_seconds(fn, times: int = 5) -> float:

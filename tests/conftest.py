@@ -71,10 +71,17 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="module")
 def private_course(tmp_path_factory):
-    """A copy of the course only root may read, as the uid fallback requires before grading."""
+    """A copy of the course only root may read, as the uid fallback requires before grading,
+    which also requires the packages no answer may use closed to other users: they are, while
+    the module runs (as ``python -m autograder hide-withheld`` leaves them), then as before."""
     from autograder.authoring.course import COURSE
+    from autograder.isolation.sandbox import WITHHELD, hide_withheld, package_folders
 
     copy = tmp_path_factory.mktemp("course") / "assignments"
     shutil.copytree(COURSE, copy)
     copy.chmod(0o700)
-    return copy
+    modes = {folder: folder.stat().st_mode for folder in package_folders(WITHHELD)}
+    hide_withheld()
+    yield copy
+    for folder, mode in modes.items():
+        folder.chmod(mode)

@@ -54,6 +54,7 @@ def test_doctor_names_the_fallback_and_the_fix(private_course):
     hidden = in_docker([sys.executable, "-m", "autograder", "--course", str(private_course),
                         "doctor"])
     assert "the course (hidden tests): unreadable to the sandbox's uid" in hidden.stdout
+    assert "packages no answer may use: closed to the sandbox's uid" in hidden.stdout
     full = subprocess.run([sys.executable, "-m", "autograder", "doctor"], capture_output=True,
                           text=True, cwd=REPO)
     if "bubblewrap: available" in full.stdout:  # with all capabilities, the strongest
@@ -76,6 +77,29 @@ def test_grade_refuses_a_course_the_sandbox_could_read_and_writes_nothing(tmp_pa
     assert f"Fix: chmod -R go-rwx {course}" in refused.stderr
     assert not (tmp_path / "out").exists()
     shutil.rmtree(base)
+
+
+def test_grade_refuses_while_a_withheld_package_is_readable(tmp_path, private_course):
+    """A package no answer may use (here nltk) must be closed to the sandbox's uid, whose hook
+    alone a student could get around; the fix named is the command that closes them all."""
+    from autograder.isolation.sandbox import package_folders
+
+    nltk = package_folders(["nltk"])[0]
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    shutil.copy(source_notebook(A), subs / "alice" / f"{A}.ipynb")
+    command = [sys.executable, "-m", "autograder", "--course", str(private_course), "grade", A,
+               "--submissions", str(subs), "--out", str(tmp_path / "out")]
+    nltk.chmod(0o755)
+    try:
+        refused = in_docker(command)
+        doctor = in_docker([sys.executable, "-m", "autograder", "doctor"])
+    finally:
+        nltk.chmod(0o700)
+    assert refused.returncode == 2 and f"chmod -R go-rwx {nltk}" in refused.stderr
+    assert "READABLE to the sandbox's uid; fix: python -m autograder hide-withheld" in \
+        doctor.stdout
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("python", ["this one", "one others can read"])

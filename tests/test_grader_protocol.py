@@ -78,3 +78,49 @@ def test_a_grader_function_called_back_stops_at_the_time_left_to_the_request():
                                   start + 0.5)
     assert reply[:2] == ("error", "TimeoutError") and "ran past" in reply[2]
     assert time.monotonic() - start < 5
+
+
+CONFINED = r'''
+import builtins, gc, os, os.path, sys
+from autograder.isolation.runner import confine
+withheld = sys.argv[1]
+confine([withheld])
+
+def tries(name, attempt):
+    try:
+        attempt()
+        print(name, "got through")
+    except PermissionError:
+        print(name, "refused")
+
+tries("reading a file", lambda: open(os.path.join(withheld, "__init__.py")).read())
+os.symlink(withheld, "my-link")
+tries("a link of one's own", lambda: open("my-link/__init__.py").read())
+tries("walking the garbage collector", lambda: gc.get_objects())
+tries("finding what refers to a folder", lambda: gc.get_referrers(withheld))
+target = os.path.join(withheld, "__init__.py")
+os.path.realpath = lambda path, **kwargs: "/nowhere"
+os.fspath = lambda path: "/nowhere"
+builtins.isinstance = lambda *args: False
+builtins.type = lambda *args: bytes
+tries("after replacing what the hook might use", lambda: open(target).read())
+'''
+
+
+def test_the_uid_fallbacks_hook_cannot_be_found_or_fooled(tmp_path):
+    """The uid fallback withholds packages with an audit hook in the student's own process:
+    student code must not be able to reach the hook (the garbage collector leads to it, and
+    its code can then be swapped) nor change what it relies on (module attributes, builtins)."""
+    import subprocess
+    import sys
+
+    withheld = tmp_path / "reference"
+    withheld.mkdir()
+    (withheld / "__init__.py").write_text("ANSWER = 42\n")
+    run = subprocess.run([sys.executable, "-c", CONFINED, str(withheld)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:-1] == [
+        "reading a file refused", "a link of one's own refused",
+        "walking the garbage collector refused", "finding what refers to a folder refused",
+        "after replacing what the hook might use refused"], run.stdout

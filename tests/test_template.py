@@ -8,6 +8,7 @@ Runs with the isolation in force: bubblewrap here, and the uid fallback when
 """
 
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -52,7 +53,7 @@ except OSError:
     beside = "refused"
 here = os.stat(os.getcwd())
 FACTS = {"uid": list(os.getresuid()), "gid": list(os.getresgid()), "groups": os.getgroups(),
-         "caps": [int(status[k], 16) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb")],
+         "caps": [int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")],
          "no_new_privs": status["NoNewPrivs"].strip(), "parent": parent, "beside": beside,
          "sockets": len({link for link in links if link.startswith("socket:")}),
          "folder": [here.st_uid, oct(here.st_mode & 0o777)], "torch": "torch" in sys.modules}
@@ -70,12 +71,14 @@ if os.fork() == 0:  # a daemon in a session of its own, outliving the cell
         time.sleep(600)
     os._exit(0)
 DAEMON = int(os.read(read, 32))
-try:  # a private shared-memory segment: System V IPC outlives its processes
+try:  # what outlives processes: System V IPC, POSIX message queues, keys in a keyring
     import ctypes
     libc = ctypes.CDLL(None)
     SEGMENT = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-except PermissionError:  # the uid fallback refuses ctypes (and has no other way to make one)
-    SEGMENT = None
+    QUEUE = libc.mq_open(b"/left-behind", 0o102, 0o600, None)  # O_CREAT | O_RDWR
+    KEY = libc.syscall(248, b"user", b"left-behind", b"a secret", 8, -4)  # add_key, x86_64
+except PermissionError:  # the uid fallback refuses ctypes (and has no other way to make them)
+    SEGMENT = QUEUE = KEY = None
 '''
 
 OWNERS = r'''
@@ -91,6 +94,13 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 LEFT = os.path.exists("/tmp/left-by-the-last-student")
 with open("/proc/sysvipc/shm") as handle:
     SEGMENTS = [int(line.split()[1]) for line in list(handle)[1:]]
+try:
+    import ctypes
+    libc = ctypes.CDLL(None)
+    QUEUE = libc.mq_open(b"/left-behind", 0)  # O_RDONLY
+    KEY = libc.syscall(250, 10, -4, b"user", b"left-behind", 0)  # KEYCTL_SEARCH, x86_64
+except PermissionError:
+    QUEUE = KEY = -1
 '''
 
 
@@ -119,7 +129,7 @@ def test_a_child_has_its_imports_and_nothing_else_of_the_template(sandbox):
         session.close()
         uid = uid_for(f"{os.getpid()}-{slot}")
         assert facts["uid"] == [uid] * 3 and facts["gid"] == [uid] * 3, facts
-        assert facts["groups"] == [] and facts["caps"] == [0, 0, 0, 0], facts
+        assert facts["groups"] == [] and facts["caps"] == [0] * 5, facts
         assert facts["no_new_privs"] == "1", facts
         assert facts["parent"] == "refused", "the template is root's: no signal reaches it"
         assert facts["sockets"] == 1, "only its own connection, never the template's"
@@ -133,7 +143,8 @@ def test_a_child_leaves_nothing_for_the_next(sandbox):
     first = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
     daemon = run(first, LEAVES, "DAEMON")
     segment = first.get("SEGMENT", 20)
-    assert segment is None or segment >= 0
+    made = [first.get(name, 20) for name in ("SEGMENT", "QUEUE", "KEY")]
+    assert made == [None] * 3 or min(made) >= 0 or platform.machine() != "x86_64", made
     uid = uid_for(f"{os.getpid()}-0")
     first.close()
     for slot in (1, 0):  # the next submission, then the one after, which gets the same uid
@@ -143,7 +154,35 @@ def test_a_child_leaves_nothing_for_the_next(sandbox):
             f"a process of uid {uid} (daemon {daemon}) outlived its submission"
         assert not session.get("LEFT", 20), "its file in /tmp outlived it"
         assert segment not in session.get("SEGMENTS", 20), "its shared memory outlived it"
+        assert session.get("QUEUE", 20) == -1, "its message queue outlived it"
+        assert session.get("KEY", 20) == -1 or platform.machine() != "x86_64", \
+            "its key outlived it"
         session.close()
+
+
+STOPS_THE_TEMPLATE = r'''
+import os, signal
+template = os.getppid()
+for _ in range(8):  # if the template ever took this uid, these would stop it
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            try:
+                os.kill(template, signal.SIGSTOP)
+            except PermissionError:
+                pass
+'''
+
+
+def test_a_childs_processes_cannot_stop_the_template(sandbox):
+    """The template kills a submission's processes as root, never as their uid, so they
+    cannot signal it while it ends them: it serves the next submission without a restart."""
+    for attempt in range(3):
+        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{attempt % 2}"))
+        template = sandbox.template
+        assert session.run_cell(STOPS_THE_TEMPLATE, 0, 20)["ok"]
+        session.close()
+        assert sandbox.template is template and template.proc.poll() is None
 
 
 def test_a_template_that_died_is_replaced(sandbox):
@@ -193,3 +232,34 @@ def test_a_new_run_removes_the_cgroups_of_runs_that_died(tmp_path):
     assert all(folder.exists() for folder in alive.values())
     for folder in alive.values():
         folder.rmdir()
+
+
+def test_removing_what_a_uid_left_never_follows_a_link(tmp_path):
+    """After a submission, root removes what its uid left in places anyone may write; there
+    another sandbox's uid may plant links, which must lead nowhere."""
+    from autograder.isolation.runner import remove_owned
+
+    uid, other = 61999, 61998
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    for folder in (shared, elsewhere):
+        folder.mkdir()
+        folder.chmod(0o1777)
+    (elsewhere / "theirs").write_text("a file of the uid, somewhere a link points to")
+    os.chown(elsewhere / "theirs", uid, uid)
+    (shared / "to-elsewhere").symlink_to(elsewhere)  # root's link: not followed
+    (shared / "its-link").symlink_to(elsewhere)
+    os.lchown(shared / "its-link", uid, uid)  # the uid's link: removed, not its target
+    nested = shared / "anyones" / "its-folder" / "locked"
+    nested.mkdir(parents=True)
+    (nested / "file").write_text("left behind")
+    (shared / "anyones").chmod(0o777)
+    os.chown(shared / "anyones", other, other)
+    for path in (nested.parent, nested, nested / "file"):
+        os.chown(path, uid, uid)
+    nested.chmod(0)
+    remove_owned(shared, uid)
+    assert sorted(p.name for p in shared.iterdir()) == ["anyones", "to-elsewhere"]
+    assert list((shared / "anyones").iterdir()) == []
+    assert (elsewhere / "theirs").exists()
+    remove_owned(shared / "to-elsewhere", uid)  # a link is no folder to clear
+    assert (elsewhere / "theirs").exists()

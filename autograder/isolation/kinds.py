@@ -12,9 +12,12 @@
   graded at once cannot read, signal or trace each other), in a scratch folder only it may enter,
   with rlimits (and cgroups where writable). Whatever of the grader's it could read must be
   unreadable to that uid: ``exposed`` checks the course, the output and the submissions before
-  grading and the run refuses, naming the ``chmod`` that fixes it. An audit hook in the runner
-  (``runner.confine``) refuses starting programs, ctypes, and reading the folders of withheld
-  packages, which other uids may read here.
+  grading and the run refuses, naming the ``chmod`` that fixes it; so must the packages no
+  answer may use (``python -m autograder hide-withheld`` closes them). An audit hook in the
+  runner (``runner.confine``) refuses starting programs, ctypes, and reading the folders of
+  what an assignment withholds on top (torch in 02), which other assignments' sandboxes must
+  read: that refusal a student could get around, by opening files relative to a folder's
+  descriptor.
   What it does not stop that bubblewrap does: the network (a notebook can reach the internet
   and the host's loopback), reading world-readable files of the system, writing to
   world-writable places (/tmp, /dev/shm) within the file-size rlimit. In a container that grades
@@ -152,9 +155,10 @@ def refuse_if_exposed(roots: list[Path], uid: int = UID_BASE) -> None:
             f"{' '.join(shlex.quote(r) for r in found)}")
 
 
-def report(limits_in_force: str, course: Path) -> str:
+def report(limits_in_force: str, course: Path, packages: list[Path] = ()) -> str:
     """What ``python -m autograder doctor`` prints: the isolation grading would use here, each
-    limit and whether it holds, and what to fix."""
+    limit and whether it holds, and what to fix (``packages``: the folders of those no answer
+    may use, which the uid fallback's sandboxes must not read)."""
     lines = []
     try:
         chosen = choose()
@@ -170,6 +174,9 @@ def report(limits_in_force: str, course: Path) -> str:
         lines.append("  the course (hidden tests): " + (
             "unreadable to the sandbox's uid" if not found else
             f"READABLE to the sandbox's uid; fix: chmod -R go-rwx {shlex.quote(str(course))}"))
+        lines.append("  packages no answer may use: " + (
+            "closed to the sandbox's uid" if not exposed(list(packages)) else
+            "READABLE to the sandbox's uid; fix: python -m autograder hide-withheld"))
     else:
         lines.append("  network: cut off (own network namespace)")
         lines.append("  the course, the output, other students' files: not in the sandbox's "

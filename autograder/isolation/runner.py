@@ -29,6 +29,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -370,27 +371,67 @@ def refuse_attention() -> str:
 
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
 STARTS_PROGRAMS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
+# walking the garbage collector is how code finds the hook itself, to rewrite it
+FINDS_THE_HOOK = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
 
 
 def confine(folders: list[str]) -> None:
     """The uid fallback's stand-in for bubblewrap's mounts, for the whole life of this process
     (an audit hook, PEP 578, cannot be removed): the withheld packages' folders (real paths)
     cannot be read, and no other program can be started, nor native code called through
-    ctypes, since either would run outside this hook. Refusals are OSErrors, which code that
+    ctypes, since either would run outside this hook. Student code cannot change the hook: it
+    uses only what it bound when it was made (never a module attribute or a builtin, which code
+    could replace), and it refuses walking the garbage collector, the way to the hook itself.
+    What it cannot see: a file opened by a name relative to a folder's descriptor (``dir_fd``)
+    is checked as if relative to the working folder. Refusals are OSErrors, which code that
     probes its environment (matplotlib's font search) expects."""
-    folders = tuple(os.path.realpath(f) + os.sep for f in folders)
+    import posix
+
+    lstat, readlink, getcwd, fspath = posix.lstat, posix.readlink, posix.getcwd, posix.fspath
+    is_link, instance_of, type_of, text_types = stat.S_ISLNK, isinstance, type, (str, bytes)
+    refused = frozenset((*STARTS_PROGRAMS, *FINDS_THE_HOOK))
+
+    def resolve(path):  # os.path.realpath, from the functions bound above
+        parts = (path if path.startswith("/") else getcwd() + "/" + path).split("/")
+        done, links = [], 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                done = done[:-1]
+                continue
+            done.append(part)
+            try:
+                mode = lstat("/" + "/".join(done)).st_mode
+            except OSError:
+                continue
+            if is_link(mode) and links < 40:
+                links += 1
+                target = readlink("/" + "/".join(done))
+                done = [] if target.startswith("/") else done[:-1]
+                parts = target.split("/") + parts
+        return "/" + "/".join(done)
+
+    folders = tuple(resolve(f) + "/" for f in folders)
 
     def hook(event, args):
-        if event in STARTS_PROGRAMS or event.startswith("ctypes."):
+        if event in refused or event.startswith("ctypes."):
             raise PermissionError(f"{event} is not possible while your notebook is graded")
-        if event == "open" and folders and isinstance(args[0], (str, bytes, os.PathLike)):
-            path = os.path.realpath(os.fsdecode(args[0]))
+        if event == "open" and folders:
+            try:
+                name = fspath(args[0])
+            except TypeError:  # a file descriptor: opened under this hook already
+                return
+            if not instance_of(name, text_types):
+                return
+            path = resolve(name if type_of(name) is str else
+                           name.decode("utf-8", "surrogateescape"))
             for folder in folders:
-                if path.startswith(folder):
-                    name = os.path.basename(folder[:-1])
-                    raise PermissionError(f"{name} is not available while your notebook is "
-                                          "graded: answers must be your own code (see the "
-                                          "assignment rules)")
+                if path.startswith(folder) or path + "/" == folder:
+                    raise PermissionError(f"{folder.rstrip('/').rsplit('/', 1)[-1]} is not "
+                                          "available while your notebook is graded: answers "
+                                          "must be your own code (see the assignment rules)")
 
     sys.addaudithook(hook)
 
@@ -418,35 +459,65 @@ def preload(modules: str) -> None:
 
 
 # --- the template: one import of torch per grading worker, a fresh child per submission -----
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL, CAPABILITY_VERSION_3 = 4, 0x20080522
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
 
 
-def remove_owned(folder, uid, depth=0):
+FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def remove_owned(folder, uid):
     """Remove what ``uid`` owns in ``folder``, and in the folders there that anyone may write
-    (/tmp/.X11-unix), never following a symbolic link."""
+    (/tmp/.X11-unix). It walks by folder descriptors, opened without following a symbolic link:
+    a link swapped in for a folder meanwhile (another sandbox may, in the uid fallback's shared
+    /tmp) leads nowhere."""
     try:
-        entries = list(os.scandir(folder))
+        handle = os.open(folder, FOLDER)
     except OSError:
         return
-    for entry in entries:
+    try:
+        _remove_owned_at(handle, uid, 0)
+    finally:
+        os.close(handle)
+
+
+def _remove_owned_at(folder, uid, depth):
+    for entry in list(os.scandir(folder)):
         try:
             info = entry.stat(follow_symlinks=False)
             if info.st_uid == uid:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002 and depth < 4:
-                remove_owned(entry.path, uid, depth + 1)
+                _remove_at(folder, entry.name, stat.S_ISDIR(info.st_mode))
+            elif stat.S_ISDIR(info.st_mode) and info.st_mode & 0o002 and depth < 4:
+                inner = os.open(entry.name, FOLDER, dir_fd=folder)
+                try:
+                    _remove_owned_at(inner, uid, depth + 1)
+                finally:
+                    os.close(inner)
         except OSError:
             pass
 
 
+def _remove_at(folder, name, is_folder):
+    """Remove ``name`` (and, a folder, all in it) in the folder open as ``folder``."""
+    if not is_folder:
+        os.unlink(name, dir_fd=folder)
+        return
+    inner = os.open(name, FOLDER, dir_fd=folder)
+    try:
+        for entry in list(os.scandir(inner)):
+            with contextlib.suppress(OSError):
+                _remove_at(inner, entry.name, entry.is_dir(follow_symlinks=False))
+    finally:
+        os.close(inner)
+    os.rmdir(name, dir_fd=folder)
+
+
 @contextlib.contextmanager
 def acting_as(uid):
-    """Act as ``uid`` for a moment, then be root again (the saved uid): what only the owner may
-    do, without forking (so a full process table cannot stop it)."""
+    """Act as ``uid`` for a moment, then be root again (the saved uid), without forking (so a
+    full process table cannot stop it). Only while no process of ``uid`` runs: meanwhile its
+    processes could signal this one."""
     os.setresuid(uid, uid, 0)
     try:
         yield
@@ -455,19 +526,51 @@ def acting_as(uid):
 
 
 def end_uid(uid, wait=5.0):
-    """Kill every process of ``uid``, wait until none runs, and remove its System V IPC
-    objects, which outlive their processes. ``kill(-1)`` as that uid reaches only its own, in
-    one pass of the kernel's, so a fork bomb cannot outrun it; a killed process dies a moment
-    later, and one left a zombie runs no code."""
+    """Kill every process of ``uid`` and wait until none runs; then remove its System V IPC
+    objects and the keys in its keyrings, which outlive its processes. Each pass kills every
+    process found, and a process being killed can no longer fork, so a fork bomb does not
+    outrun it; a killed process dies a moment later, and one left a zombie runs no code.
+    Killed as root, through a pidfd checked after it was opened (never a new process that took
+    the pid of one that exited): this process never takes ``uid`` while any of its processes
+    run."""
     deadline = time.monotonic() + wait
     while True:
-        with acting_as(uid), contextlib.suppress(ProcessLookupError):
-            os.kill(-1, signal.SIGKILL)
-        if not running_as(uid) or time.monotonic() > deadline:
+        found = running_as(uid)
+        if not found:
             break
-        time.sleep(0.01)
+        if time.monotonic() > deadline:
+            return
+        for pid in found:
+            try:
+                handle = os.pidfd_open(pid)
+            except OSError:  # gone already
+                continue
+            try:
+                if uid_of(pid) == uid:
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(handle)
     with acting_as(uid):
         remove_ipc_of(uid)
+        clear_keyrings()
+
+
+KEYCTL = {"x86_64": 250, "aarch64": 219}  # the syscall's number, per machine
+KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = 7, -4, -5
+
+
+def clear_keyrings():
+    """Empty this uid's kernel keyrings (per user, they outlive its processes)."""
+    import ctypes
+    import platform
+
+    number = KEYCTL.get(platform.machine())
+    if number is not None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+            libc.syscall(number, KEYCTL_CLEAR, keyring)
 
 
 def remove_ipc_of(uid):
@@ -494,23 +597,26 @@ def remove_ipc_of(uid):
 
 def running_as(uid):
     """The ids of the processes of ``uid`` that are not zombies."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as handle:
-                status = dict(line.split(":", 1) for line in handle if ":" in line)
-        except (OSError, ValueError):
-            continue
-        if int(status["Uid"].split()[0]) == uid and not status["State"].split()[0] == "Z":
-            found.append(int(pid))
-    return found
+    return [int(pid) for pid in filter(str.isdigit, os.listdir("/proc"))
+            if uid_of(pid) == uid]
+
+
+def uid_of(pid):
+    """The real uid of process ``pid``; None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            status = dict(line.split(":", 1) for line in handle if ":" in line)
+        return None if status["State"].split()[0] == "Z" else int(status["Uid"].split()[0])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def drop_to(uid):
     """Become ``uid`` for good, as ``setpriv --reuid --regid --clear-groups --no-new-privs
-    --bounding-set=-all`` does: no supplementary groups, no capabilities (permitted, effective,
-    ambient and bounding), no way to gain any by running a program; killed if the template
-    dies. Exits (70) rather than run student code if any of it did not hold."""
+    --bounding-set=-all --inh-caps=-all`` does: no supplementary groups, no capabilities
+    (permitted, effective, inheritable, ambient and bounding), no way to gain any by running a
+    program; killed if the template dies. Exits (70) rather than run student code if any of it
+    did not hold."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -518,14 +624,18 @@ def drop_to(uid):
         last = int(handle.read())
     for cap in range(last + 1):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # clears the permitted and effective sets
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    libc.capset(header, (ctypes.c_uint32 * 6)())  # and the inheritable set: all zero
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     with open("/proc/self/status") as handle:
         status = dict(line.split(":", 1) for line in handle if ":" in line)
-    caps = [int(status[k], 16) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb") if k in status]
+    caps = [int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+            if k in status]
     if os.getresuid() != (uid,) * 3 or os.getresgid() != (uid,) * 3 or os.getgroups() or \
             any(caps) or status.get("NoNewPrivs", "1").strip() != "1":
         os._exit(70)

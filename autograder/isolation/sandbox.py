@@ -57,9 +57,10 @@ TEMPLATE_SECONDS = 60.0  # for the template to start, fork or clean up
 PRELOADABLE = ("numpy", "torch", "matplotlib")
 RUNNER = Path(__file__).with_name("runner.py")
 TEMPLATE_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_FOWNER",
-                         "CAP_DAC_OVERRIDE")
+                         "CAP_DAC_OVERRIDE", "CAP_KILL")
 """What a template keeps inside bubblewrap: switching each child to its uid (and dropping the
-child's bounding set), making the child's scratch folder its own, removing what it left."""
+child's bounding set), making the child's scratch folder its own, killing the child's processes
+and removing what it left."""
 CHECKS = Path(__file__).parents[1] / "checks.py"
 GUARD = Path(__file__).parents[1] / "guard.py"
 
@@ -170,6 +171,27 @@ def _empty_and_remove(folder: Path, wait: float = 5.0) -> None:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.05)
+
+
+def package_folders(names) -> list[Path]:
+    """The real folders of the packages ``names`` installed here (links resolved)."""
+    folders = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.submodule_search_locations and \
+                Path(spec.origin).exists():
+            folders.append(Path(spec.origin).resolve().parent)
+    return folders
+
+
+def hide_withheld() -> list[Path]:
+    """Make the packages no answer may use (``WITHHELD``) folders other users may not enter,
+    for the uid fallback, whose sandboxes are other users; return them. Bubblewrap needs none
+    of it; an assignment's own extras (torch for 02) stay readable, since others need them."""
+    folders = package_folders(WITHHELD)
+    for folder in folders:
+        folder.chmod(folder.stat().st_mode & ~0o077)
+    return folders
 
 
 def remove_stale_cgroups() -> None:
@@ -455,13 +477,7 @@ class Sandbox:
 
     def withheld_folders(self) -> list[Path]:
         """The real folders of the withheld packages installed here (links resolved)."""
-        folders = []
-        for name in self.withheld:
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.origin and spec.submodule_search_locations and \
-                    Path(spec.origin).exists():
-                folders.append(Path(spec.origin).resolve().parent)
-        return folders
+        return package_folders(self.withheld)
 
     def _withheld_mounts(self, bound: list[Path]) -> list[str]:
         args = []
@@ -526,7 +542,8 @@ class Sandbox:
                 args += ["--ro-bind", top, top]
         # /tmp first: a venv under /tmp (CI checkouts) is then bound on top of it, not hidden
         args += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
-                 "--dev", "/dev", "--proc", "/proc"]
+                 "--dev", "/dev", "--proc", "/proc",
+                 "--mqueue", "/dev/mqueue"]  # POSIX message queues, where cleanup finds them
         made: set[Path] = {Path("/tmp")}
         bound = self._bound()
         for root in bound:
@@ -647,8 +664,11 @@ class Sandbox:
         if isinstance(proc, Forked):  # the template ends its uid; its cgroups stay
             try:
                 proc.template.end(box.uid, str(box.scratch))
-            except TemplateGone:  # bubblewrap's processes died with it; on the host, not all
-                if proc.template.sandbox.isolation.kind == UID:
+            except TemplateGone:  # killed now, bubblewrap's processes die with it; on the host,
+                sandbox = proc.template.sandbox  # the uid's must be found
+                if sandbox.template is proc.template:
+                    sandbox.close_template()
+                if sandbox.isolation.kind == UID:
                     _kill_uid(box.uid)
                     shutil.rmtree(box.scratch, ignore_errors=True)
             proc.close()

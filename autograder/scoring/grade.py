@@ -39,7 +39,7 @@ from ..intake.normalize import (
 from ..intake.submissions import collect
 from ..isolation.kinds import UID, Isolation, choose, refuse_if_exposed
 from ..isolation.remote import START_SECONDS
-from ..isolation.sandbox import Limits, Sandbox, support_folder
+from ..isolation.sandbox import WITHHELD, Limits, Sandbox, package_folders, support_folder
 from . import gradebook, similarity
 from .feedback import write_feedback
 from .results import Result, Status
@@ -339,7 +339,8 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, 
         if unknown:
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
         if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
-            refuse_if_exposed([settings.course, out, Path(submissions)])
+            refuse_if_exposed([settings.course, out, Path(submissions),
+                               *package_folders(WITHHELD)])
             out.mkdir(mode=0o700, parents=True, exist_ok=True)
         return _grade(assignment, subs, out, settings, isolation)
     finally:

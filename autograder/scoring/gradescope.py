@@ -36,7 +36,7 @@ from ..intake.normalize import (
 )
 from ..intake.submissions import choose_notebook, student_files
 from ..isolation.kinds import UID, choose, refuse_if_exposed
-from ..isolation.sandbox import Limits, Sandbox, support_folder
+from ..isolation.sandbox import WITHHELD, Limits, Sandbox, package_folders, support_folder
 from . import similarity
 from .results import gradescope_tests
 
@@ -61,6 +61,9 @@ FLAGS="${AUTOGRADER_PIP_FLAGS---no-cache-dir}"
 python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/pip" install -q $FLAGS $TORCH
 "$ROOT/venv/bin/pip" install -q $FLAGS "$ROOT/source/project[grader]"
+# the uid fallback's sandboxes are other users: the packages answers may not use are closed to
+# them (from where run_autograder starts, so that the venv's copies are the ones found)
+cd "$ROOT/source" && "$ROOT/venv/bin/python" -m autograder hide-withheld
 """
 
 RUN = """#!/usr/bin/env bash
@@ -146,7 +149,8 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
     try:
         isolation = choose()  # RuntimeError saying why there is none
         if isolation.kind == UID:  # no mounts hide the hidden tests: permissions must
-            refuse_if_exposed([Path(course), results.parent, Path(submission)])
+            refuse_if_exposed([Path(course), results.parent, Path(submission),
+                               *package_folders(WITHHELD)])
         chosen = choose_notebook("student", student_files(Path(submission)), assignment,
                                  Path(tempfile.mkdtemp()))
         if chosen.problem:
