@@ -99,6 +99,18 @@ tries("a link of one's own", lambda: open("my-link/__init__.py").read())
 tries("walking the garbage collector", lambda: gc.get_objects())
 tries("finding what refers to a folder", lambda: gc.get_referrers(withheld))
 target = os.path.join(withheld, "__init__.py")
+try:  # the hook's frame, from a refusal's traceback: what its locals let one change
+    open(target)
+except PermissionError as refusal:
+    frame = refusal.__traceback__
+    while frame.tb_next is not None:
+        frame = frame.tb_next
+    for value in frame.tb_frame.f_locals.values():
+        for cell in getattr(value, "__closure__", None) or ():
+            cell.cell_contents = None
+    frame.tb_frame.f_locals["folders"] = ()
+os.symlink(withheld, "another-link")
+tries("after rewriting the hook's frame", lambda: open("another-link/__init__.py").read())
 os.path.realpath = lambda path, **kwargs: "/nowhere"
 os.fspath = lambda path: "/nowhere"
 builtins.isinstance = lambda *args: False
@@ -123,4 +135,5 @@ def test_the_uid_fallbacks_hook_cannot_be_found_or_fooled(tmp_path):
     assert run.stdout.split("\n")[:-1] == [
         "reading a file refused", "a link of one's own refused",
         "walking the garbage collector refused", "finding what refers to a folder refused",
+        "after rewriting the hook's frame refused",
         "after replacing what the hook might use refused"], run.stdout

@@ -11,13 +11,13 @@
   Each sandbox runs as an unprivileged uid of its own (``UID_BASE`` + its number, so sandboxes
   graded at once cannot read, signal or trace each other), in a scratch folder only it may enter,
   with rlimits (and cgroups where writable). Whatever of the grader's it could read must be
-  unreadable to that uid: ``exposed`` checks the course, the output and the submissions before
-  grading and the run refuses, naming the ``chmod`` that fixes it; so must the packages no
-  answer may use (``python -m autograder hide-withheld`` closes them). An audit hook in the
-  runner (``runner.confine``) refuses starting programs, ctypes, and reading the folders of
-  what an assignment withholds on top (torch in 02), which other assignments' sandboxes must
-  read: that refusal a student could get around, by opening files relative to a folder's
-  descriptor.
+  unreadable to that uid: ``exposed`` checks the course, the output, the submissions and the
+  packages no answer may use before grading, and the run refuses, naming the ``chmod`` that
+  fixes it (``python -m autograder hide-withheld`` closes those packages). The kernel refuses
+  the sandbox any program (a seccomp filter, ``runner.refuse_syscalls``), and an audit hook in
+  the runner (``runner.confine``) refuses ctypes and reading the folders of what an assignment
+  withholds on top (torch in 02), which other assignments' sandboxes must read: that refusal
+  a student could get around, by opening files relative to a folder's descriptor.
   What it does not stop that bubblewrap does: the network (a notebook can reach the internet
   and the host's loopback), reading world-readable files of the system, writing to
   world-writable places (/tmp, /dev/shm) within the file-size rlimit. In a container that grades

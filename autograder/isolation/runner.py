@@ -15,7 +15,6 @@ heavy packages once and forks the runner of each submission, which becomes an un
 
 import base64
 import builtins
-import contextlib
 import importlib
 import importlib.util
 import io
@@ -26,11 +25,11 @@ import random
 import re
 import resource
 import select
-import shutil
 import signal
 import socket
 import stat
 import struct
+import subprocess
 import sys
 import time
 import traceback
@@ -387,12 +386,29 @@ def confine(folders: list[str]) -> None:
     probes its environment (matplotlib's font search) expects."""
     import posix
 
-    lstat, readlink, getcwd, fspath = posix.lstat, posix.readlink, posix.getcwd, posix.fspath
-    is_link, instance_of, type_of, text_types = stat.S_ISLNK, isinstance, type, (str, bytes)
-    refused = frozenset((*STARTS_PROGRAMS, *FINDS_THE_HOOK))
+    folders = tuple(os.path.realpath(f) + "/" for f in folders)
 
-    def resolve(path):  # os.path.realpath, from the functions bound above
-        parts = (path if path.startswith("/") else getcwd() + "/" + path).split("/")
+    # Everything the hook uses is bound as a default argument: immutable values and builtins
+    # (no closure, no function of ours), so neither replacing module attributes nor writing
+    # to the locals of its frame (reachable from the traceback of a refusal) changes it.
+    def hook(event, args, refused=frozenset((*STARTS_PROGRAMS, *FINDS_THE_HOOK)),
+             folders=folders, lstat=posix.lstat, readlink=posix.readlink, getcwd=posix.getcwd,
+             fspath=posix.fspath, is_link=stat.S_ISLNK, instance_of=isinstance, type_of=type,
+             text=(str, bytes), error=PermissionError):
+        if event in refused or event.startswith("ctypes."):
+            raise error(f"{event} is not possible while your notebook is graded")
+        if event != "open" or not folders:
+            return
+        try:
+            name = fspath(args[0])
+        except TypeError:  # a file descriptor: opened under this hook already
+            return
+        if not instance_of(name, text):
+            return
+        if type_of(name) is not str:
+            name = name.decode("utf-8", "surrogateescape")
+        # its real path, as os.path.realpath finds it
+        parts = (name if name.startswith("/") else getcwd() + "/" + name).split("/")
         done, links = [], 0
         while parts:
             part = parts.pop(0)
@@ -411,27 +427,12 @@ def confine(folders: list[str]) -> None:
                 target = readlink("/" + "/".join(done))
                 done = [] if target.startswith("/") else done[:-1]
                 parts = target.split("/") + parts
-        return "/" + "/".join(done)
-
-    folders = tuple(resolve(f) + "/" for f in folders)
-
-    def hook(event, args):
-        if event in refused or event.startswith("ctypes."):
-            raise PermissionError(f"{event} is not possible while your notebook is graded")
-        if event == "open" and folders:
-            try:
-                name = fspath(args[0])
-            except TypeError:  # a file descriptor: opened under this hook already
-                return
-            if not instance_of(name, text_types):
-                return
-            path = resolve(name if type_of(name) is str else
-                           name.decode("utf-8", "surrogateescape"))
-            for folder in folders:
-                if path.startswith(folder) or path + "/" == folder:
-                    raise PermissionError(f"{folder.rstrip('/').rsplit('/', 1)[-1]} is not "
-                                          "available while your notebook is graded: answers "
-                                          "must be your own code (see the assignment rules)")
+        path = "/" + "/".join(done)
+        for folder in folders:
+            if path.startswith(folder) or path + "/" == folder:
+                raise error(f"{folder.rstrip('/').rsplit('/', 1)[-1]} is not available while "
+                            "your notebook is graded: answers must be your own code (see the "
+                            "assignment rules)")
 
     sys.addaudithook(hook)
 
@@ -442,9 +443,54 @@ def run_submission(channel) -> None:
     where asked, then serve the grader until it hangs up."""
     sys.argv = [""]
     preload(os.environ.pop("GRADER_PRELOAD", ""))
-    if "GRADER_CONFINE" in os.environ:
+    confined = "GRADER_CONFINE" in os.environ
+    refuse_syscalls(programs=confined)
+    if confined:
         confine(json.loads(os.environ.pop("GRADER_CONFINE")))
     Runner(channel, refuse_attention()).serve()
+
+
+# (audit architecture, {what: syscall numbers}) per machine: the kernel's keyrings, which
+# outlive processes (a channel to the next submission of the same uid), and starting programs
+SYSCALLS = {"x86_64": (0xC000003E, {"keys": (248, 249, 250), "programs": (59, 322)}),
+            "aarch64": (0xC00000B7, {"keys": (217, 218, 219), "programs": (221, 281)})}
+
+
+def refuse_syscalls(programs: bool) -> bool:
+    """Have the kernel refuse (EPERM) the keyring calls, and with ``programs`` starting any
+    program, to this process and all it starts, for good (a seccomp filter); calls of another
+    architecture's ABI are refused too. The uid fallback's hook cannot see every way to start a
+    program (``_posixsubprocess`` raises no audit event): this can. False where this machine's
+    numbers are not known."""
+    import ctypes
+    import platform
+
+    known = SYSCALLS.get(platform.machine())
+    if known is None:
+        return False
+    arch, numbers = known
+    refused = [*numbers["keys"], *(numbers["programs"] if programs else ())]
+    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    steps = [(load, "", "", 4), (equal, "", "deny", arch), (load, "", "", 0)]
+    if platform.machine() == "x86_64":  # the x32 ABI: numbers from 0x40000000
+        steps.append((at_least, "deny", "", 0x40000000))
+    steps += [(equal, "deny", "", number) for number in refused]
+    steps += [(give, "", "", allow), (give, "", "", deny)]
+    where = {"deny": len(steps) - 1}
+
+    def jump(label, at):
+        return where[label] - at - 1 if label else 0
+
+    program = (ctypes.c_uint64 * len(steps))(*[
+        code | jump(yes, i) << 16 | jump(no, i) << 24 | k << 32
+        for i, (code, yes, no, k) in enumerate(steps)])
+    header = (ctypes.c_uint64 * 2)(len(steps), ctypes.addressof(program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, header, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "the seccomp filter was refused")
+    return True
 
 
 def preload(modules: str) -> None:
@@ -461,6 +507,7 @@ def preload(modules: str) -> None:
 # --- the template: one import of torch per grading worker, a fresh child per submission -----
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, CAPABILITY_VERSION_3 = 4, 0x20080522
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
 
 
@@ -499,40 +546,37 @@ def _remove_owned_at(folder, uid, depth):
 
 
 def _remove_at(folder, name, is_folder):
-    """Remove ``name`` (and, a folder, all in it) in the folder open as ``folder``."""
+    """Remove ``name`` (and, a folder, all in it) in the folder open as ``folder``: a folder by
+    ``rm -rf`` through that descriptor (never a path a link could redirect; however deep)."""
     if not is_folder:
         os.unlink(name, dir_fd=folder)
         return
-    inner = os.open(name, FOLDER, dir_fd=folder)
-    try:
-        for entry in list(os.scandir(inner)):
-            with contextlib.suppress(OSError):
-                _remove_at(inner, entry.name, entry.is_dir(follow_symlinks=False))
-    finally:
-        os.close(inner)
-    os.rmdir(name, dir_fd=folder)
+    subprocess.run(["rm", "-rf", "--", f"/proc/self/fd/{folder}/{name}"], pass_fds=[folder],
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
 
 
-@contextlib.contextmanager
-def acting_as(uid):
-    """Act as ``uid`` for a moment, then be root again (the saved uid), without forking (so a
-    full process table cannot stop it). Only while no process of ``uid`` runs: meanwhile its
-    processes could signal this one."""
-    os.setresuid(uid, uid, 0)
+def remove_tree(path):
+    """Remove the folder ``path`` and all in it, however deep (``shutil.rmtree`` recurses)."""
+    parent, name = os.path.split(os.path.abspath(path))
     try:
-        yield
+        handle = os.open(parent, FOLDER)
+    except OSError:
+        return
+    try:
+        _remove_at(handle, name, True)
     finally:
-        os.setresuid(0, 0, 0)
+        os.close(handle)
 
 
 def end_uid(uid, wait=5.0):
     """Kill every process of ``uid`` and wait until none runs; then remove its System V IPC
-    objects and the keys in its keyrings, which outlive its processes. Each pass kills every
+    objects, which outlive its processes. Each pass kills every
     process found, and a process being killed can no longer fork, so a fork bomb does not
     outrun it; a killed process dies a moment later, and one left a zombie runs no code.
     Killed as root, through a pidfd checked after it was opened (never a new process that took
-    the pid of one that exited): this process never takes ``uid`` while any of its processes
-    run."""
+    the pid of one that exited): this process never takes ``uid``, whose processes could then
+    signal it."""
     deadline = time.monotonic() + wait
     while True:
         found = running_as(uid)
@@ -552,30 +596,21 @@ def end_uid(uid, wait=5.0):
                 pass
             finally:
                 os.close(handle)
-    with acting_as(uid):
-        remove_ipc_of(uid)
-        clear_keyrings()
-
-
-KEYCTL = {"x86_64": 250, "aarch64": 219}  # the syscall's number, per machine
-KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = 7, -4, -5
-
-
-def clear_keyrings():
-    """Empty this uid's kernel keyrings (per user, they outlive its processes)."""
-    import ctypes
-    import platform
-
-    number = KEYCTL.get(platform.machine())
-    if number is not None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
-            libc.syscall(number, KEYCTL_CLEAR, keyring)
+    helper = os.fork()  # the owner may remove them: a process that is that uid, for good
+    if helper == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            remove_ipc_of(uid)
+        finally:
+            os._exit(0)
+    os.waitpid(helper, 0)
 
 
 def remove_ipc_of(uid):
     """Remove the shared memory segments, message queues and semaphore sets ``uid`` owns or
-    created (as that uid: their owner or creator may)."""
+    created (run as that uid: their owner or creator may)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -602,11 +637,14 @@ def running_as(uid):
 
 
 def uid_of(pid):
-    """The real uid of process ``pid``; None if it is gone or a zombie."""
+    """The real uid of process ``pid``; None if it is gone or a zombie (one whose first thread
+    ended while others run is not: killing it kills them)."""
     try:
         with open(f"/proc/{pid}/status") as handle:
             status = dict(line.split(":", 1) for line in handle if ":" in line)
-        return None if status["State"].split()[0] == "Z" else int(status["Uid"].split()[0])
+        if status["State"].split()[0] == "Z" and int(status["Threads"]) <= 1:
+            return None
+        return int(status["Uid"].split()[0])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -699,7 +737,7 @@ def template(ctl):
             os._exit(0)
         request = json.loads(data)
         if request["op"] == "fork":
-            shutil.rmtree(request["scratch"], ignore_errors=True)
+            remove_tree(request["scratch"])
             os.makedirs(request["scratch"], mode=0o700)
             os.chown(request["scratch"], request["uid"], request["uid"])
             pid = os.fork()
@@ -713,10 +751,13 @@ def template(ctl):
             send({"op": "forked", "pid": pid})
         elif request["op"] == "stop":
             uid = request["uid"]
-            end_uid(uid)
-            for place in SHARED_WRITABLE:
-                remove_owned(place, uid)
-            shutil.rmtree(request["scratch"], ignore_errors=True)
+            try:  # whatever the submission left, the template goes on serving
+                end_uid(uid)
+                for place in SHARED_WRITABLE:
+                    remove_owned(place, uid)
+                remove_tree(request["scratch"])
+            except Exception:
+                pass
             reap()
             send({"op": "stopped"})
 

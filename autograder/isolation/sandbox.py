@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kinds import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
-from .runner import SHARED_WRITABLE, remove_owned
+from .runner import SHARED_WRITABLE, remove_owned, remove_tree
 
 WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
 CGROUP_V1 = Path("/sys/fs/cgroup")
@@ -655,7 +655,7 @@ class Sandbox:
                 _empty_and_remove(folder)
         if self.isolation.kind == UID:
             _kill_uid(uid_for(name))
-        shutil.rmtree(self.support / "scratch" / name, ignore_errors=True)
+        remove_tree(self.support / "scratch" / name)
 
     @staticmethod
     def stop(box: Box) -> bool:
@@ -670,7 +670,7 @@ class Sandbox:
                     sandbox.close_template()
                 if sandbox.isolation.kind == UID:
                     _kill_uid(box.uid)
-                    shutil.rmtree(box.scratch, ignore_errors=True)
+                    remove_tree(box.scratch)
             proc.close()
             return oom_kills(box.groups) > box.oom_before
         if proc.poll() is None:
@@ -689,7 +689,7 @@ class Sandbox:
         out_of_memory = oom_kills(box.groups) > 0
         for folder in box.groups.values():
             _empty_and_remove(folder)
-        shutil.rmtree(box.scratch, ignore_errors=True)
+        remove_tree(box.scratch)
         return out_of_memory
 
 

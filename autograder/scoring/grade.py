@@ -39,6 +39,7 @@ from ..intake.normalize import (
 from ..intake.submissions import collect
 from ..isolation.kinds import UID, Isolation, choose, refuse_if_exposed
 from ..isolation.remote import START_SECONDS
+from ..isolation.runner import remove_tree
 from ..isolation.sandbox import WITHHELD, Limits, Sandbox, package_folders, support_folder
 from . import gradebook, similarity
 from .feedback import write_feedback
@@ -390,7 +391,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
             run.record(wait=True)
         raise
     finally:  # the runner's copy and the scratch folders: nothing an instructor needs
-        shutil.rmtree(sandbox.support, ignore_errors=True)
+        remove_tree(sandbox.support)
     run.record(wait=True)
     flags = similar.result()
     for line in said:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from ..intake.normalize import (
 )
 from ..intake.submissions import choose_notebook, student_files
 from ..isolation.kinds import UID, choose, refuse_if_exposed
+from ..isolation.runner import remove_tree
 from ..isolation.sandbox import WITHHELD, Limits, Sandbox, package_folders, support_folder
 from . import similarity
 from .results import gradescope_tests
@@ -166,7 +166,7 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
                     result = grade_steps(steps, sandbox, f"gradescope-{os.getpid()}")
                 finally:
                     sandbox.close_template()
-                    shutil.rmtree(sandbox.support, ignore_errors=True)
+                    remove_tree(sandbox.support)
             tests = gradescope_tests(result, {t["name"]: t["visibility"] for t in zero})
             report = _results(sum(t["score"] for t in tests),
                               f"Graded in isolation: {sandbox.limits_in_force}.\n"
