@@ -79,6 +79,27 @@ def test_grade_refuses_a_course_the_sandbox_could_read_and_writes_nothing(tmp_pa
     shutil.rmtree(base)
 
 
+def test_grade_refuses_a_checkouts_git_history_the_sandbox_could_read(tmp_path, private_course):
+    """git's objects hold every version of the hidden tests: in a clone, they must be as closed
+    to the sandbox's uid as the course (``private_course`` closes the withheld packages)."""
+    base = Path(tempfile.mkdtemp(prefix="clone-"))
+    base.chmod(0o755)
+    course = base / "assignments"
+    shutil.copytree(COURSE, course)
+    course.chmod(0o700)
+    (base / ".git").mkdir(mode=0o755)
+    (base / ".git" / "packed-refs").write_text("the hidden tests' history\n")
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    shutil.copy(source_notebook(A), subs / "alice" / f"{A}.ipynb")
+    try:
+        refused = in_docker([sys.executable, "-m", "autograder", "--course", str(course), "grade",
+                             A, "--submissions", str(subs), "--out", str(tmp_path / "out")])
+    finally:
+        shutil.rmtree(base)
+    assert refused.returncode == 2 and f"chmod -R go-rwx {base / '.git'}" in refused.stderr
+
+
 def test_grade_refuses_while_a_withheld_package_is_readable(tmp_path, private_course):
     """A package no answer may use (here nltk) must be closed to the sandbox's uid, whose hook
     alone a student could get around; the fix named is the command that closes them all."""

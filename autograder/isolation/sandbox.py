@@ -184,6 +184,14 @@ def package_folders(names) -> list[Path]:
     return folders
 
 
+def checkout_copies(course: Path) -> list[Path]:
+    """Where a checkout of this repository keeps other copies of the course and the library
+    (git's objects, with the hidden tests; pip's build folder), which the uid fallback's
+    sandboxes must not read any more than the course itself."""
+    root = Path(course).resolve().parent
+    return [folder for folder in (root / ".git", root / "build") if folder.exists()]
+
+
 def hide_withheld() -> list[Path]:
     """Make the packages no answer may use (``WITHHELD``) folders other users may not enter,
     for the uid fallback, whose sandboxes are other users; return them. Bubblewrap needs none

@@ -40,7 +40,14 @@ from ..intake.submissions import collect
 from ..isolation.kinds import UID, Isolation, choose, refuse_if_exposed
 from ..isolation.remote import START_SECONDS
 from ..isolation.runner import remove_tree
-from ..isolation.sandbox import WITHHELD, Limits, Sandbox, package_folders, support_folder
+from ..isolation.sandbox import (
+    WITHHELD,
+    Limits,
+    Sandbox,
+    checkout_copies,
+    package_folders,
+    support_folder,
+)
 from . import gradebook, similarity
 from .feedback import write_feedback
 from .results import Result, Status
@@ -341,7 +348,7 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, 
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
         if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
             refuse_if_exposed([settings.course, out, Path(submissions),
-                               *package_folders(WITHHELD)])
+                               *package_folders(WITHHELD), *checkout_copies(settings.course)])
             out.mkdir(mode=0o700, parents=True, exist_ok=True)
         return _grade(assignment, subs, out, settings, isolation)
     finally:
