@@ -512,6 +512,7 @@ SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
 
 
 FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+RM = next((p for p in ("/usr/bin/rm", "/bin/rm") if os.path.exists(p)), "rm")  # whatever PATH is
 
 
 def remove_owned(folder, uid):
@@ -551,7 +552,7 @@ def _remove_at(folder, name, is_folder):
     if not is_folder:
         os.unlink(name, dir_fd=folder)
         return
-    subprocess.run(["rm", "-rf", "--", f"/proc/self/fd/{folder}/{name}"], pass_fds=[folder],
+    subprocess.run([RM, "-rf", "--", f"/proc/self/fd/{folder}/{name}"], pass_fds=[folder],
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
 
