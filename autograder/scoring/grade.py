@@ -90,7 +90,8 @@ class _Worker:
         return cls.sandbox.start(f"{cls.run}-{2 * cls.index + cls.started % 2}")
 
     @classmethod
-    def stop_ahead(cls) -> None:
+    def teardown(cls) -> None:
+        """The worker is done: stop the sandbox it started ahead, if any, and its template."""
         if cls.ahead is not None:
             cls.sandbox.stop(cls.ahead)
             cls.ahead = None
@@ -450,7 +451,7 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
                        setup_args=(os.getpid(), str(sandbox.support), limits, sandbox.isolation,
                                    sandbox.withheld, sandbox.refuse_attention,
                                    sandbox.preload),
-                       teardown=_Worker.stop_ahead, on_failure=cleanup,
+                       teardown=_Worker.teardown, on_failure=cleanup,
                        preload=(__name__, "autograder.scoring.execute", "numpy", "torch"))
     try:
         for student, result in results:
