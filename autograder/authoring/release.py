@@ -32,6 +32,23 @@ def hidden_lines(source: str) -> set[int]:
     return lines
 
 
+def public_source(source: str) -> str:
+    """A test cell's source as its release shows it: without its hidden-test regions, their
+    marker lines included (as nbgrader's ClearHiddenTests leaves it; read leniently, so a
+    misspelled marker hides more, never less)."""
+    hidden = hidden_lines(source)
+    kept, inside = [], False
+    for number, line in enumerate(source.splitlines(), 1):
+        text = line.strip()
+        if BEGIN.match(text) and "HID" in text.upper():
+            inside = True
+        elif inside and END.match(text):
+            inside = False
+        elif not inside and number not in hidden:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def has_visible_code(source: str) -> bool:
     """Whether a test cell has code outside its hidden regions (the tests a student sees)."""
     hidden = hidden_lines(source)

@@ -39,26 +39,71 @@ def _text(source) -> str:
     return source.encode("utf-8", "replace").decode("utf-8")
 
 
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+"""A notebook file larger than this is not read: one with its outputs cleared is far smaller."""
+MAX_JSON_CONTAINERS = 2_000_000
+"""Lists and objects a notebook's JSON may hold (an upper bound, counted on the raw bytes before
+parsing): each costs tens of bytes in Python, and a file of nothing but empty lists would
+otherwise cost the grader gigabytes."""
+MAX_CELLS = 2_000
+"""Cells a submission may hold: the assignments have under 50; the graded copy, the feedback
+and the similarity report all grow with the count."""
+MAX_SOURCE = 2_000_000
+"""Characters of source, all cells together (about 40,000 lines of code)."""
+
+RESUBMIT = ("re-download it from Jupyter with File > Download (or from Colab with File > "
+            "Download > Download .ipynb) and submit that file")
+
+
+def parse_json(raw: bytes, what: str = "notebook"):
+    """``raw`` as JSON, within the limits above; ValueError saying why not (too large, too many
+    objects, nested too deeply, not UTF-8, not JSON), never another exception."""
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"unreadable {what}: the file is {len(raw) / 2**20:.0f} MB, over the "
+                         f"{MAX_NOTEBOOK_BYTES // 2**20} MB a submission may be; clear its "
+                         "outputs (Kernel > Restart Kernel and Clear Outputs), save, and submit "
+                         "it again")
+    containers = raw.count(b"[") + raw.count(b"{")
+    if containers > MAX_JSON_CONTAINERS:
+        raise ValueError(f"unreadable {what}: it holds over {MAX_JSON_CONTAINERS:,} JSON lists "
+                         f"and objects, far more than a notebook has; {RESUBMIT}")
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except RecursionError:
+        raise ValueError(f"unreadable {what}: its JSON is nested too deeply to be a notebook; "
+                         f"{RESUBMIT}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"unreadable {what}: not valid JSON ({str(err)[:100]}); "
+                         f"{RESUBMIT}") from None
+
+
 def read_notebook(path: Path) -> dict:
-    """The notebook as a dict with string sources; ValueError saying why it is unreadable."""
+    """The notebook as a dict with string sources; ValueError saying why it is unreadable (or
+    over what a submission may hold: ``MAX_CELLS``, ``MAX_SOURCE``, ``parse_json``'s limits)."""
     raw = Path(path).read_bytes()
     if not raw.strip():
         raise ValueError("unreadable notebook: the file is empty")
-    try:
-        nb = json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"unreadable notebook: not valid JSON ({err}); re-download it from "
-                         "Jupyter with File > Download and submit that file") from None
+    nb = parse_json(raw)
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("unreadable notebook: no list of cells (is this a Jupyter notebook?)")
     if nb.get("nbformat", 4) != 4:
         raise ValueError(f"unreadable notebook: nbformat {nb.get('nbformat')!r} (expected 4)")
-    cells = []
+    if len(nb["cells"]) > MAX_CELLS:
+        raise ValueError(f"the notebook has {len(nb['cells']):,} cells, over the {MAX_CELLS:,} a "
+                         "submission may have; delete the cells you do not need and submit "
+                         "again")
+    cells, size = [], 0
     for cell in nb["cells"]:
         if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
             raise ValueError("unreadable notebook: a cell has no type")
         meta = cell.get("metadata")
-        cells.append({"cell_type": cell["cell_type"], "source": _text(cell.get("source", "")),
+        source = _text(cell.get("source", ""))
+        size += len(source)
+        if size > MAX_SOURCE:
+            raise ValueError(f"the notebook's cells hold over {MAX_SOURCE:,} characters, more "
+                             "than a submission may; delete what you do not need (large pasted "
+                             "data, say) and submit again")
+        cells.append({"cell_type": cell["cell_type"], "source": source,
                       "metadata": meta if isinstance(meta, dict) else {}})
     return {**nb, "cells": cells}
 

@@ -19,7 +19,7 @@ the instructor can forward when nothing does.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import shutil
@@ -28,6 +28,8 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from .normalize import RESUBMIT, parse_json
 
 MAX_MEMBER = 200 * 2**20  # bytes; zipfile never inflates a member past its declared size
 _IGNORED = ("__MACOSX", ".DS_Store", "index.html", "Thumbs.db")
@@ -49,6 +51,7 @@ class Entry:
     original: str  # the name the student gave it
     when: datetime | None = None  # the LMS's time for it, when the layout or zip records one
     rank: tuple = ()  # extra ordering the LMS gives (a submission id), newest last
+    unreadable: str = ""  # why the export's copy of it could not be unpacked ("" if it could)
 
 
 @dataclass
@@ -75,11 +78,13 @@ class _Student:
     key: str
     name: str = ""
     entries: list[Entry] = field(default_factory=list)
+    problem: str = ""  # why this student's files could not be read at all
 
 
 def safe_id(name: str) -> str:
-    """A student id nbgrader can use as a folder name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
+    """A student id nbgrader can use as a folder name, and a spreadsheet shows as text (it
+    never starts with a dash, which also reads as an option on a command line)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip("._-").rstrip("._") or "student"
 
 
 def _utc(text: str, fmt: str) -> datetime | None:
@@ -93,26 +98,79 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc)
 
 
-def _extract(archive: Path, dest: Path) -> Path:
-    """Unzip safely: members that would land outside ``dest``, and members over MAX_MEMBER
-    (zip bombs), are skipped; each file keeps the time the zip stored for it."""
+NAME_BYTES = 255  # the longest file name most file systems take, in bytes
+
+
+def fit_name(name: str) -> str:
+    """``name`` as a file name this system can create: no NUL or slash, and at most NAME_BYTES
+    bytes of UTF-8. A longer name (96 CJK characters are 288 bytes: legal on macOS and Windows,
+    too long for Linux) keeps its start, where LMSs put the student's id, and its extension,
+    with a short hash of the whole between them so two long names stay two."""
+    name = name.replace("\0", "_").replace("/", "_")
+    if len(name.encode()) <= NAME_BYTES:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    suffix = f".{suffix}" if dot and len(suffix.encode()) <= 16 else ""
+    stem = name[:len(name) - len(suffix)]
+    tag = f"~{zlib.crc32(name.encode()):08x}"
+    room = NAME_BYTES - len(tag.encode()) - len(suffix.encode())
+    return stem.encode()[:room].decode("utf-8", "ignore") + tag + suffix
+
+
+def _unreadable_member(err: BaseException) -> str:
+    """Why one file of an export could not be unpacked, in words a student can act on."""
+    text = str(err)
+    if isinstance(err, NotImplementedError) or "compression method" in text:
+        return ("it was compressed with a method that cannot be read here (Windows' Deflate64, "
+                "say); submit the .ipynb file itself, not a zip of it")
+    if isinstance(err, RuntimeError) and "encrypted" in text:
+        return "it is password-protected; submit the .ipynb file without a password"
+    if "CRC" in text or isinstance(err, (zlib.error, EOFError, zipfile.BadZipFile)):
+        return "the file is damaged in the export (a bad checksum); submit it again"
+    return f"it could not be unpacked ({type(err).__name__}: {text[:120]}); submit it again"
+
+
+def _extract(archive: Path, dest: Path) -> dict[Path, str]:
+    """Unzip safely, member by member: members that would land outside ``dest`` are skipped;
+    each file keeps the time the zip stored for it. A member that cannot be unpacked (damaged,
+    password-protected, compressed in a way Python cannot read, larger than MAX_MEMBER) is one
+    student's problem, not the export's: an empty file stands in for it, so its student is found
+    as usual, and the returned ``{path: why}`` says why it could not be graded. Only a file that
+    is not a readable zip at all is the whole export's fault (ValueError)."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     try:
-        with zipfile.ZipFile(archive) as zf:
-            for member in zf.infolist():
-                target = (dest / member.filename).resolve()
-                if root in target.parents and not member.is_dir() and \
-                        member.file_size <= MAX_MEMBER:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(zf.read(member))
-                    stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()
-                    os.utime(target, (stamp, stamp))
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as err:
+        zf = zipfile.ZipFile(archive)
+        members = zf.infolist()
+    except Exception as err:
         shutil.rmtree(dest, ignore_errors=True)
-        raise ValueError(f"{archive} is a corrupt or truncated zip ({err}); download the "
-                         "export again") from None
-    return dest
+        raise ValueError(f"{archive} is a corrupt or truncated zip ({type(err).__name__}: "
+                         f"{str(err)[:200]}); download the export again") from None
+    unreadable: dict[Path, str] = {}
+    with zf:
+        for member in members:
+            parts = [fit_name(p) for p in member.filename.split("/") if p]
+            target = dest.joinpath(*parts).resolve() if parts else root
+            if root not in target.parents or member.is_dir():
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if member.file_size > MAX_MEMBER:
+                    raise ValueError("too large")
+                target.write_bytes(zf.read(member))
+            except Exception as err:  # this member only: whatever it is, its student's row
+                unreadable[target] = (
+                    f"larger than {MAX_MEMBER // 2**20} MB; submit the .ipynb notebook (with "
+                    "its outputs cleared if they are large)" if member.file_size > MAX_MEMBER
+                    else _unreadable_member(err))
+                try:
+                    target.write_bytes(b"")
+                except OSError:
+                    continue
+            stamp = datetime(*member.date_time, tzinfo=timezone.utc).timestamp()
+            with contextlib.suppress(OSError, ValueError, OverflowError):
+                os.utime(target, (stamp, stamp))
+    return unreadable
 
 
 def _visible(folder: Path) -> list[Path]:
@@ -174,16 +232,22 @@ def _students(root: Path) -> list[_Student]:
             items = inner
     students: dict[str, _Student] = {}
     for item in items:
-        if item.is_symlink():
-            key, name, entries = item.name.split(".")[0], "", [Entry(item, item.name)]
-        elif item.is_dir():
-            key, name, entries = _student_folder(item)
-        else:
-            flat = _flat_file(item)
-            if flat is None:
-                continue
-            key, name, entry = flat
-            entries = [entry]
+        try:
+            if item.is_symlink():
+                key, name, entries = item.name.split(".")[0], "", [Entry(item, item.name)]
+            elif item.is_dir():
+                key, name, entries = _student_folder(item)
+            else:
+                flat = _flat_file(item)
+                if flat is None:
+                    continue
+                key, name, entry = flat
+                entries = [entry]
+        except Exception as err:  # this item is one student's, whatever went wrong with it
+            key, name, entries = item.name.split(".")[0] or item.name, "", []
+            students.setdefault(key, _Student(key, name)).problem = (
+                f"{item.name} could not be read ({type(err).__name__}: {str(err)[:150]})")
+            continue
         student = students.setdefault(key, _Student(key, name))
         student.entries += entries
     return [students[k] for k in sorted(students)]
@@ -195,15 +259,23 @@ def _known(path: Path) -> bool:
 
 
 def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
-    """One ``Submission`` per student of the export at ``path`` (a folder or a zip)."""
+    """One ``Submission`` per student of the export at ``path`` (a folder or a zip).
+
+    Everything done for one student here (finding, unpacking and choosing their files) is
+    theirs alone: whatever goes wrong with it (a damaged or password-protected file, JSON
+    nested too deeply, a name too long for this system) becomes that student's ``problem``, a
+    message they can act on, and every other student is read as usual. Only a fault of the
+    export as a whole (not a zip at all, no student in it) raises ValueError."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"submissions path {path} does not exist")
+    unreadable: dict[Path, str] = {}
     if path.is_file():
         if not zipfile.is_zipfile(path) and path.suffix.lower() != ".zip":
             raise ValueError(f"submissions path {path} is a file but not a zip; pass the LMS "
                              "export (.zip) or a folder")  # a truncated .zip: _extract says so
-        path = _extract(path, scratch / "unzipped")
+        unreadable = _extract(path, scratch / "unzipped")
+        path = scratch / "unzipped"
     students = _students(path)
     if not students:
         raise ValueError(f"no submission found in {path}: expected one folder per student, or "
@@ -217,18 +289,30 @@ def collect(path: Path, assignment: str, scratch: Path) -> list[Submission]:
             seen[sid] += 1
             sid = f"{sid}-{seen[sid]}"
         seen.setdefault(sid, 1)
-        out.append(choose_notebook(sid, student.entries, assignment, scratch / "salvaged" / sid,
-                                   student.name))
+        out.append(_submission(sid, student, assignment, scratch / "salvaged" / sid,
+                               unreadable))
     return out
 
 
+def _submission(sid: str, student: _Student, assignment: str, scratch: Path,
+                unreadable: dict[Path, str]) -> Submission:
+    """The student's ``Submission``; any failure while reading their files is its problem."""
+    if student.problem:
+        return Submission(sid, None, f"{student.problem}; {RESUBMIT}", student.name)
+    for entry in student.entries:
+        entry.unreadable = unreadable.get(entry.path.resolve(), "")
+    return choose_notebook(sid, student.entries, assignment, scratch, student.name)
+
+
 # ---------------------------------------------------------------------- what was submitted
-def _notebook_json(path: Path) -> bool:
+def _notebook_json(path: Path) -> tuple[bool, str]:
+    """(whether the file is a notebook under another name, why it cannot be read if it is
+    JSON that ``parse_json``'s limits refuse)."""
     try:
-        nb = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, OSError):
-        return False
-    return isinstance(nb, dict) and isinstance(nb.get("cells"), list)
+        nb = parse_json(path.read_bytes())
+    except ValueError as err:
+        return False, (str(err) if "not valid JSON" not in str(err) else "")
+    return isinstance(nb, dict) and isinstance(nb.get("cells"), list), ""
 
 
 _KINDS = {".pdf": "a PDF", ".py": "a Python script", ".html": "an HTML export",
@@ -239,6 +323,8 @@ _KINDS = {".pdf": "a PDF", ".py": "a Python script", ".html": "an HTML export",
 def _gradable(entry: Entry, scratch: Path) -> tuple[Path | None, str]:
     """(notebook to grade, note) or (None, why it is not a notebook)."""
     path, original = entry.path, entry.original
+    if entry.unreadable:
+        return None, f"{original} could not be taken from the export: {entry.unreadable}"
     if path.is_symlink():
         return None, (f"{original} is a symbolic link, which is never followed; submit the "
                       "notebook file itself")
@@ -248,26 +334,51 @@ def _gradable(entry: Entry, scratch: Path) -> tuple[Path | None, str]:
     if original.endswith(".ipynb"):
         return path, ""
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            inside = [m for m in zf.infolist() if m.filename.endswith(".ipynb") and
-                      "__MACOSX" not in m.filename and ".ipynb_checkpoints" not in m.filename]
-            if len(inside) == 1 and inside[0].file_size <= MAX_MEMBER:
-                scratch.mkdir(parents=True, exist_ok=True)
-                target = scratch / Path(inside[0].filename).name
-                target.write_bytes(zf.read(inside[0]))
-                return target, f"the notebook inside the zip {original} was graded"
-        return None, (f"{original} is a zip with {len(inside)} notebooks; submit exactly one "
-                      ".ipynb")
-    if _notebook_json(path):
+        try:
+            return _notebook_in_zip(path, original, scratch)
+        except Exception as err:  # damaged, encrypted, Deflate64: the student's to fix
+            return None, f"the zip {original} could not be read: {_unreadable_member(err)}"
+    if original.lower().endswith(".zip"):
+        return None, (f"the zip {original} could not be read: it is damaged or truncated; "
+                      "submit the .ipynb notebook itself")
+    is_notebook, problem = _notebook_json(path)
+    if is_notebook:
         return path, f"{original} is a notebook saved under another name; it was graded"
+    if problem:
+        return None, f"{original}: {problem}"
     suffix = Path(original).suffix.lower()
     kind = _KINDS.get(suffix, f"a {suffix or 'file without extension'} file")
     return None, f"{kind} was submitted ({original}); submit the .ipynb notebook"
 
 
+def _notebook_in_zip(path: Path, original: str, scratch: Path) -> tuple[Path | None, str]:
+    """The one notebook inside a zip a student submitted, unpacked into ``scratch``."""
+    with zipfile.ZipFile(path) as zf:
+        inside = [m for m in zf.infolist() if m.filename.endswith(".ipynb") and
+                  "__MACOSX" not in m.filename and ".ipynb_checkpoints" not in m.filename]
+        if len(inside) == 1 and inside[0].file_size <= MAX_MEMBER:
+            scratch.mkdir(parents=True, exist_ok=True)
+            target = scratch / fit_name(Path(inside[0].filename).name)
+            target.write_bytes(zf.read(inside[0]))
+            return target, f"the notebook inside the zip {original} was graded"
+    return None, f"{original} is a zip with {len(inside)} notebooks; submit exactly one .ipynb"
+
+
 def choose_notebook(student_id: str, entries, assignment: str, scratch: Path | None = None,
                     name: str = "") -> Submission:
-    """The submission to grade among a student's files: the latest that holds a notebook."""
+    """The submission to grade among a student's files: the latest that holds a notebook.
+    Whatever goes wrong while reading them is this submission's ``problem``, never an
+    exception."""
+    try:
+        return _choose(student_id, entries, assignment, scratch, name)
+    except Exception as err:
+        return Submission(student_id, None, f"the submission could not be read "
+                                            f"({type(err).__name__}: {str(err)[:150]}); "
+                                            f"{RESUBMIT}", name)
+
+
+def _choose(student_id: str, entries, assignment: str, scratch: Path | None,
+            name: str) -> Submission:
     entries = [e if isinstance(e, Entry) else Entry(Path(e), Path(e).name, _mtime(Path(e)))
                for e in entries]
     if not entries:

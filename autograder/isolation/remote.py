@@ -39,6 +39,10 @@ from .runner import NUMERIC, REQUESTS
 TEST_MODULE = "__grader_tests__"
 CALLBACK_MODULES = (TEST_MODULE, "autograder.testing")  # the grader's functions a test passes in
 MAX_FRAME = 64 * 2**20
+MAX_CONTAINERS = 1_000_000
+"""Lists and objects one message from the sandbox may hold: a value's cost to the grader is
+its count of Python objects, not its bytes (56 MB of empty lists are 14 million lists, about a
+gigabyte). Arrays and tensors are one object each, whatever their size."""
 START_SECONDS = 60.0
 GRACE_SECONDS = 5.0  # after a soft timeout inside the sandbox, before the hard kill
 DICTS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict, "defaultdict": dict}
@@ -209,9 +213,14 @@ class Session:
         if size > MAX_FRAME:
             self.close()
             raise SandboxGone("the notebook sent a value too large to grade (over 64 MB)")
+        data = self._read(size, deadline)
+        if data.count(b"[") + data.count(b"{") > MAX_CONTAINERS:
+            return {"op": "raise", "ename": "ValueError", "evalue": (
+                f"the value holds over {MAX_CONTAINERS:,} lists, tuples, sets or dicts, more "
+                "than the grader takes; return arrays or fewer, larger containers")}
         try:
-            message = json.loads(self._read(size, deadline))
-        except ValueError:
+            message = json.loads(data)
+        except (ValueError, RecursionError):
             raise ProtocolError("the sandbox sent malformed data") from None
         if not isinstance(message, dict):
             raise ProtocolError("the sandbox sent malformed data")
@@ -299,7 +308,7 @@ class Session:
         reply = self.request(("get", name), seconds)
         if reply.get("missing"):
             raise KeyError(name)
-        return self.decode(reply.get("value"))
+        return self._result(reply)
 
     def call(self, target: StudentObject, args, kwargs, seed: int = 0,
              seconds: float | None = None):

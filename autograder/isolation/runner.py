@@ -242,7 +242,10 @@ class Runner:
     def get(self, name):
         if name not in self.ns:
             return {"op": "value", "missing": True}
-        return {"op": "value", "value": self.encode(self.ns[name])}
+        try:
+            return {"op": "value", "value": self.encode(self.ns[name])}
+        except BaseException as exc:  # a value that cannot be sent: the test says so
+            return {"op": "raise", **self.error(exc)}
 
     def call(self, key, payload, seed, seconds):
         self.seed(seed)

@@ -15,14 +15,17 @@ import contextlib
 import io
 import re
 import time
+import types
 
-from ..authoring.release import has_visible_code, hidden_lines
+from ..authoring.release import has_visible_code, hidden_lines, public_source
 from ..intake.normalize import Step
 from ..isolation.remote import TEST_MODULE, ProtocolError, SandboxGone, Session
 from ..isolation.runner import seed_all
 from .results import Result, Status, TestResult, test_result
 
-MAX_OUTPUT = 10_000
+KEPT_TYPES = (types.FunctionType, type, types.ModuleType)
+MAX_OUTPUT = 10_000  # characters of one cell's output kept in the graded copy
+MAX_TOTAL_OUTPUT = 1_000_000  # characters of output kept, all cells together
 
 
 def _seed(seed: int) -> None:
@@ -113,6 +116,7 @@ class Grading:
         self.tests: list[TestResult] = []
         self.problems: list[str] = []
         self.status = Status.GRADED
+        self.output_left = MAX_TOTAL_OUTPUT
 
     def run(self) -> Result:
         start = time.monotonic()
@@ -158,6 +162,21 @@ class Grading:
         return {"status": self.status, "message": " ".join(self.problems)[:1000],
                 "tests": self.tests, "outputs": self.outputs}
 
+    def _kept(self, text: str) -> str:
+        """What of one output the graded copy keeps: MAX_OUTPUT characters of each, and
+        MAX_TOTAL_OUTPUT of all together (the first time that runs out, the result says so)."""
+        text = _short(text)
+        if len(text) <= self.output_left:
+            self.output_left -= len(text)
+            return text
+        if self.output_left >= 0:
+            self.problems.append(f"the notebook printed more than {MAX_TOTAL_OUTPUT:,} "
+                                 "characters of output in all; the graded copy keeps the first "
+                                 "ones only (this costs no points).")
+        kept, self.output_left = text[:max(self.output_left, 0)], -1
+        return kept + ("\n... [output not kept: the notebook's output limit was reached]"
+                       if text else "")
+
     def _where(self, i: int) -> str:
         step = self.steps[i]
         return (f"during test {step.grade_id}," if step.kind == "test" else
@@ -171,8 +190,8 @@ class Grading:
                 self.problems.append(f"the instructor's cell {step.grade_id} failed in the "
                                      f"grader ({_message(exc)}); please report this.")
         reply = session.run_cell(step.source, i, seconds)
-        self.outputs[i] = {"stdout": _short(str(reply.get("stdout", ""))),
-                           "stderr": _short(str(reply.get("stderr", "")))}
+        self.outputs[i] = {"stdout": self._kept(str(reply.get("stdout", ""))),
+                           "stderr": self._kept(str(reply.get("stderr", "")))}
         if not reply.get("ok", False):
             ename, evalue = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))[:500]
             self.outputs[i]["error"] = (ename, evalue)
@@ -191,16 +210,24 @@ class Grading:
         session.begin_test_cell(seconds)
         missing, binds = free_and_bound_names(step.source)
         scope = dict(self.trusted)
+        unsendable = None  # a name of the student's whose value cannot be graded
         for name in sorted(missing - set(scope) - set(dir(builtins))):
             try:
                 scope[name] = session.get(name, session.budget())
             except KeyError:
                 pass
+            except (SandboxGone, ProtocolError):
+                raise
+            except Exception as exc:  # raised when the test reads it, with its name
+                unsendable = unsendable or RuntimeError(f"your {name} could not be graded: "
+                                                        f"{_message(exc)}")
         _seed(i)
         out = io.StringIO()
         passed, message, in_hidden = False, "", False
         filename, hidden = f"<test {step.grade_id}>", hidden_lines(step.source)
         try:
+            if unsendable is not None:
+                raise unsendable
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 exec(compile(step.source, filename, "exec"), scope)
             passed = True
@@ -220,9 +247,38 @@ class Grading:
             message = f"{message} ({step.note})"
         if session.timed_out:
             self.status = Status.TIMEOUT
-        self.trusted.update({k: v for k, v in scope.items() if k in binds})
+        # later cells may use the functions, classes and modules a test cell defines; the
+        # data it held (values decoded from the sandbox among them) is released here
+        self.trusted.update({k: v for k, v in scope.items()
+                             if k in binds and isinstance(v, KEPT_TYPES)})
         self.tests.append(test_result(step.grade_id, step.points, passed, message, step.source,
                                       hidden_failed=in_hidden))
-        self.outputs[i] = {"stdout": _short(out.getvalue())}
+        self.outputs[i] = {"stdout": self._kept(out.getvalue())}
         if message:
             self.outputs[i]["error"] = (message.split(":")[0], message)
+
+
+def graded_notebook(steps: list[Step], outputs: list[dict], metadata: dict) -> str:
+    """The notebook as graded, for formgrader, as JSON: test cells show their public source
+    (no hidden tests), so even nbgrader's own feedback cannot leak them. Built where the
+    submission was graded, never in the process that writes every student's grades."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={k: v for k, v in metadata.items()
+                                            if k in ("kernelspec", "language_info")})
+    for step, out in zip(steps, outputs, strict=True):
+        if step.kind == "markdown":
+            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
+            continue
+        source = public_source(step.source) if step.kind == "test" else step.source
+        cell = nbformat.v4.new_code_cell(source, metadata=step.metadata)
+        for stream in ("stdout", "stderr"):
+            if out.get(stream):
+                cell.outputs.append(nbformat.v4.new_output("stream", name=stream,
+                                                           text=out[stream]))
+        if out.get("error"):
+            ename, evalue = out["error"]
+            cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                                       traceback=[f"{ename}: {evalue}"]))
+        nb.cells.append(cell)
+    return nbformat.writes(nb)

@@ -23,12 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from ..authoring.course import COURSE, check_assignment, generate, source_notebook, working_course
 from ..intake.late import LatePolicy, load_timestamps
 from ..intake.normalize import (
-    Step,
     given_imports,
     master_step,
     plan,
@@ -51,6 +48,7 @@ from ..isolation.sandbox import (
 from . import gradebook, similarity
 from .feedback import write_feedback
 from .results import Result, Status
+from .spreadsheet import write_csv
 from .workers import Failure, run_jobs
 
 WORKER_NICENESS = 5
@@ -74,8 +72,8 @@ class _Worker:
     @classmethod
     def setup(cls, index: int, run: int, support: str, limits: Limits, isolation: Isolation,
               withhold: tuple[str, ...], refuse_attention: bool,
-              preload: tuple[str, ...]) -> None:
-        cls.index, cls.run = index, run
+              preload: tuple[str, ...], master: dict) -> None:
+        cls.index, cls.run, cls.master = index, run, master
         # the run's own work (generate_assignment, the similarity report, the gradebook) goes
         # first when the cores are busy: done beside the grading, it is not left for the end
         os.nice(WORKER_NICENESS)
@@ -98,13 +96,22 @@ class _Worker:
         cls.sandbox.close_template()
 
     @classmethod
-    def grade(cls, steps: list[Step]) -> Result:
-        from .execute import grade_steps
+    def grade(cls, notebook: str) -> dict:
+        """Everything done with one student's notebook, here and not in the process that
+        writes every student's grades: read and plan it (``{"problem": why}`` if it cannot be
+        graded), grade it, and build its graded copy (``{"result": ..., "graded": json}``)."""
+        from .execute import grade_steps, graded_notebook
 
+        try:
+            steps = plan(cls.master, read_notebook(Path(notebook)))
+        except ValueError as err:
+            return {"problem": str(err)}
         box, cls.ahead = cls.ahead or cls.start(), None
         if not cls.sandbox.forks:
             cls.ahead = cls.start()  # the next submission's, while this one is graded
-        return grade_steps(steps, cls.sandbox, box)
+        result = grade_steps(steps, cls.sandbox, box)
+        graded = graded_notebook(steps, result.pop("outputs"), cls.master["metadata"])
+        return {"result": result, "graded": graded}
 
 
 def template_name(run: int, index: int) -> str:
@@ -112,17 +119,13 @@ def template_name(run: int, index: int) -> str:
     return f"{run}-template{index}"
 
 
-def _grade_one(steps: list[Step]) -> Result:
-    return _Worker.grade(steps)
+def _grade_one(notebook: str) -> dict:
+    return _Worker.grade(notebook)
 
 
 def write_grades(path: Path, rows: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".grades", suffix=".csv")
-    with os.fdopen(fd, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="", extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    """grades.csv, as a whole, each cell data (``spreadsheet``: never a formula)."""
+    write_csv(path, COLUMNS, rows)
 
 
 def read_grades(path: Path) -> list[dict]:
@@ -154,31 +157,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def _graded_notebook(steps: list[Step], outputs: list[dict], release: dict):
-    """The notebook as graded, for formgrader: test cells show the release version (no hidden
-    tests), so even nbgrader's own feedback cannot leak them."""
-    public = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]
-              for c in release["cells"]}
-    nb = nbformat.v4.new_notebook(metadata={k: v for k, v in release["metadata"].items()
-                                            if k in ("kernelspec", "language_info")})
-    for step, out in zip(steps, outputs, strict=True):
-        if step.kind == "markdown":
-            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
-            continue
-        source = public.get(step.grade_id, step.source) if step.kind == "test" else step.source
-        cell = nbformat.v4.new_code_cell(source, metadata=step.metadata)
-        for stream in ("stdout", "stderr"):
-            if out.get(stream):
-                cell.outputs.append(nbformat.v4.new_output("stream", name=stream,
-                                                           text=out[stream]))
-        if out.get("error"):
-            ename, evalue = out["error"]
-            cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                                       traceback=[f"{ename}: {evalue}"]))
-        nb.cells.append(cell)
-    return nb
-
-
 def _lost(tests: list[dict]) -> str:
     """One sentence naming every test that lost points and why (never a hidden test's code)."""
     failed = [t for t in tests if t["points"] < t["max_points"]]
@@ -192,8 +170,8 @@ def _lost(tests: list[dict]) -> str:
 class _Run:
     """Bookkeeping for one grading run: rows in submission order, written after each result.
 
-    nbgrader's ``generate_assignment`` (the release the graded notebooks quote, the gradebook's
-    assignment) runs while the first submissions are graded (``generated``, a future): each
+    nbgrader's ``generate_assignment`` (the gradebook's assignment and its cells) runs
+    while the first submissions are graded (``generated``, a future): each
     graded student's row and feedback are written at once, and their copy in the nbgrader
     course (submitted and autograded notebooks, gradebook) as soon as it exists."""
 
@@ -208,11 +186,6 @@ class _Run:
         self.rows: dict[str, dict] = {}
         self.pending: list[tuple] = []  # graded, not yet in the nbgrader course
 
-    @property
-    def release(self) -> dict:
-        """The release notebook, once generated (raises if generating failed)."""
-        return self.generated.result()
-
     def row(self, sub, student: str, **fields) -> dict:
         return {"student_id": student, "name": sub.name, "assignment": self.assignment,
                 "score": 0.0, "max_score": self.max_score, "status": Status.GRADED,
@@ -226,20 +199,31 @@ class _Run:
                      key=lambda s: rank.get(s, len(rank)))
         return [self.rows.get(s) or self.previous[s] for s in self.order + new]
 
-    def finish(self, sub, student: str, steps, result: Result | None,
+    def finish(self, sub, student: str, graded: str | None, result: Result | None,
                row: dict, seconds: float) -> None:
+        """Write one student's row and feedback (the gradebook copy follows in ``record``).
+        This is the end of the per-student boundary: whatever fails here is this student's
+        ``error`` row, and every other student's row is written as usual."""
         tests = result["tests"] if result else []
-        if result:
-            raw = sum(t["points"] for t in tests)
-            when = self.timestamps.get(student, sub.timestamp)
-            off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
-            message = " ".join(m for m in (row["message"], result["message"], late,
-                                            _lost(tests)) if m)
-            row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
-                       message=message)
-            self.pending.append((sub, student, steps, result, when, off))
-        self.rows[student] = row
-        write_feedback(self.out / "feedback" / student, row, tests)
+        try:
+            if result:
+                raw = sum(t["points"] for t in tests)
+                when = self.timestamps.get(student, sub.timestamp)
+                off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
+                message = " ".join(m for m in (row["message"], result["message"], late,
+                                                _lost(tests)) if m)
+                row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
+                           message=message)
+                self.pending.append((sub, student, graded, result, when, off))
+            self.rows[student] = row
+            write_feedback(self.out / "feedback" / student, row, tests)
+        except Exception as err:
+            self.pending = [p for p in self.pending if p[1] != student]
+            row = self.rows[student] = self.row(sub, student, status=Status.ERROR, message=(
+                f"grading failed while recording this submission ({type(err).__name__}: "
+                f"{str(err)[:200]}); this is not the student's doing, please report"))
+            with contextlib.suppress(Exception):
+                write_feedback(self.out / "feedback" / student, row, [])
         write_grades(self.out / "grades.csv", self.all_rows())
         self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
@@ -254,13 +238,13 @@ class _Run:
         self.generated.result()  # a failed generate_assignment stops the run here
         pending, self.pending = self.pending, []
         failed: dict[str, Exception] = {}
-        for sub, student, steps, result, when, _ in pending:
+        for sub, student, graded, _, when, _ in pending:
             try:
-                self._copy(sub, student, steps, result, when)
+                self._copy(sub, student, graded, when)
             except Exception as err:
                 failed[student] = err
         entries = [(student, result["tests"], when, off)
-                   for sub, student, steps, result, when, off in pending if student not in failed]
+                   for sub, student, _, result, when, off in pending if student not in failed]
         due = self.policy.due.get(self.assignment)
         try:
             gradebook.record_many(self.work, self.assignment, self.assignment, entries, due)
@@ -281,7 +265,7 @@ class _Run:
         if failed:
             write_grades(self.out / "grades.csv", self.all_rows())
 
-    def _copy(self, sub, student, steps, result, when) -> None:
+    def _copy(self, sub, student, graded: str, when) -> None:
         """The submitted and the autograded notebook, where nbgrader keeps them."""
         name = f"{self.assignment}.ipynb"
         for stage in ("submitted", "autograded"):
@@ -290,8 +274,8 @@ class _Run:
             if when is not None:
                 (folder / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
         shutil.copyfile(sub.notebook, self.work / "submitted" / student / self.assignment / name)
-        nbformat.write(_graded_notebook(steps, result["outputs"], self.release),
-                       self.work / "autograded" / student / self.assignment / name)
+        (self.work / "autograded" / student / self.assignment / name).write_text(
+            graded, encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -349,7 +333,8 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, 
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
         if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
             refuse_if_exposed([settings.course, out, Path(submissions),
-                               *package_folders(WITHHELD), *checkout_copies(settings.course)])
+                               *package_folders(WITHHELD), *checkout_copies(settings.course)],
+                              packages=WITHHELD)
             out.mkdir(mode=0o700, parents=True, exist_ok=True)
         return _grade(assignment, subs, out, settings, isolation)
     finally:
@@ -411,34 +396,27 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
 
 
 def _grade_all(run, master, todo, limits, sandbox, workers) -> None:
-    """Plan each submission; a notebook that cannot be planned is its row at once, the rest are
-    graded by the workers."""
+    """A submission intake could not read is its row at once; the workers grade the rest."""
     jobs = []
     for sub in todo:
-        problem = sub.problem
-        if not problem:
-            try:
-                steps = plan(master, read_notebook(sub.notebook))
-            except ValueError as err:
-                problem = str(err)
-        if problem:
+        if sub.problem:
             run.finish(sub, sub.student_id, None, None,
                        run.row(sub, sub.student_id, status=Status.UNGRADABLE,
-                               message=" ".join(m for m in (sub.note, problem) if m)), 0.0)
+                               message=" ".join(m for m in (sub.note, sub.problem) if m)), 0.0)
         else:
-            jobs.append((sub, sub.student_id, steps))
+            jobs.append(sub)
     if jobs:
-        _run_jobs(run, jobs, limits, sandbox, workers)
+        _run_jobs(run, master, jobs, limits, sandbox, workers)
 
 
-def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
+def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
     """Grade ``jobs`` in parallel; every job ends as exactly one row, whatever its worker does
     (see ``workers.run_jobs``). Ctrl-C stops the run: rows written so far stay, and running
     the same command again grades the students still missing."""
     os.environ.setdefault("PYTHONHASHSEED", "0")
     started = time.perf_counter()
-    by_student = {student: (sub, steps) for sub, student, steps in jobs}
-    work = ((student, (steps,)) for _, student, steps in jobs)
+    by_student = {sub.student_id: sub for sub in jobs}
+    work = ((sub.student_id, (str(sub.notebook),)) for sub in jobs)
     # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
     deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
 
@@ -450,20 +428,22 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
     results = run_jobs(work, _grade_one, workers, deadline, setup=_Worker.setup,
                        setup_args=(os.getpid(), str(sandbox.support), limits, sandbox.isolation,
                                    sandbox.withheld, sandbox.refuse_attention,
-                                   sandbox.preload),
+                                   sandbox.preload, master),
                        teardown=_Worker.teardown, on_failure=cleanup,
                        preload=(__name__, "autograder.scoring.execute", "numpy", "torch"))
     try:
-        for student, result in results:
-            sub, steps = by_student[student]
-            if isinstance(result, Failure):
+        for student, done in results:
+            sub, result, graded = by_student[student], None, None
+            if isinstance(done, Failure):
                 row = run.row(sub, student, status=Status.ERROR, message=(
-                    f"grading failed: {result.reason}; this is not the student's doing unless "
+                    f"grading failed: {done.reason}; this is not the student's doing unless "
                     "it repeats, please report"))
-                result = None
+            elif "problem" in done:
+                row = run.row(sub, student, status=Status.UNGRADABLE, message=" ".join(
+                    m for m in (sub.note, done["problem"]) if m))
             else:
-                row = run.row(sub, student)
-            run.finish(sub, student, steps, result, row, time.perf_counter() - started)
+                row, result, graded = run.row(sub, student), done["result"], done["graded"]
+            run.finish(sub, student, graded, result, row, time.perf_counter() - started)
     except KeyboardInterrupt:
         results.close()
         left = [s for s in by_student if s not in run.rows]

@@ -86,7 +86,7 @@ def bundle(assignment: str, out: Path, course: Path = COURSE,
     limits = limits or Limits()
     flags = (f"--timeout-cell {limits.timeout_cell:g} --timeout-notebook "
              f"{limits.timeout_notebook:g} --memory-mb {limits.memory_mb} "
-             f"--max-procs {limits.max_procs}")
+             f"--max-procs {limits.max_procs} --cpus {limits.cpus:g}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".zip")
@@ -150,13 +150,18 @@ def run(assignment: str, submission: Path, results: Path, course: Path = COURSE,
         isolation = choose()  # RuntimeError saying why there is none
         if isolation.kind == UID:  # no mounts hide the hidden tests: permissions must
             refuse_if_exposed([Path(course), results.parent, Path(submission),
-                               *package_folders(WITHHELD)])
+                               *package_folders(WITHHELD)], packages=WITHHELD)
         chosen = choose_notebook("student", student_files(Path(submission)), assignment,
                                  Path(tempfile.mkdtemp()))
-        if chosen.problem:
-            report = _results(0.0, chosen.problem, zero)
+        steps, problem = None, chosen.problem
+        if not problem:
+            try:
+                steps = plan(master, read_notebook(chosen.notebook))
+            except ValueError as err:  # unreadable, or over a submission's limits
+                problem = str(err)
+        if problem:
+            report = _results(0.0, problem, zero)
         else:
-            steps = plan(master, read_notebook(chosen.notebook))
             with tempfile.TemporaryDirectory() as tmp:
                 sandbox = Sandbox(support_folder(Path(tmp), isolation), limits or Limits(),
                                   isolation, withhold=withheld(master),
