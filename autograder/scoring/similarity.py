@@ -22,7 +22,6 @@ from the library and answers shared between students (renamed, reformatted, unco
 
 from __future__ import annotations
 
-import csv
 import functools
 import html
 import importlib.util
@@ -33,6 +32,8 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from .spreadsheet import write_csv
 
 NOISE = 25          # k: the shortest shared run of tokenized code that counts, in characters
 THRESHOLD = 0.85    # share of an answer found in one match
@@ -265,11 +266,8 @@ def write_report(matches: list[Match], *, out: Path, title: str = "Similarity re
     """``out/similarity.csv`` (one row per reported pair), ``similarity.html`` (each pair side by
     side, shared code marked) and ``similarity.json`` (the same, for ``merge``)."""
     out = Path(out)
-    text = io.StringIO()
-    writer = csv.writer(text)
-    writer.writerow(COLUMNS)
-    writer.writerows([m.student_id, m.cell, m.match, f"{m.similarity:.3f}"] for m in matches)
-    _atomic(out / "similarity.csv", text.getvalue())
+    write_csv(out / "similarity.csv", COLUMNS,
+              ([m.student_id, m.cell, m.match, f"{m.similarity:.3f}"] for m in matches))
     _atomic(out / "similarity.json", json.dumps([asdict(m) for m in matches], indent=1))
     _atomic(out / "similarity.html", _html(matches, title))
 
