@@ -21,12 +21,15 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
                         "worker's template included (default 4096)")
     p.add_argument("--max-procs", type=int, default=256,
                    help="processes and threads per submission (default 256)")
+    p.add_argument("--cpus", type=float, default=1.0,
+                   help="CPU cores one submission may keep busy, where cgroups allow (default 1)")
 
 
 def _limits(args):
     from .isolation.sandbox import Limits
 
-    return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs)
+    return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs,
+                  args.cpus)
 
 
 def _doctor(limits, course: Path) -> str:
@@ -45,7 +48,7 @@ def _doctor(limits, course: Path) -> str:
         try:
             return report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
                           f"{limits.timeout_notebook:g} s per notebook", course,
-                          package_folders(WITHHELD)) + \
+                          package_folders(WITHHELD), WITHHELD) + \
                 f"\n  starts: {sandbox.starts}"
         finally:
             shutil.rmtree(sandbox.support, ignore_errors=True)

@@ -72,9 +72,12 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="module")
 def private_course(tmp_path_factory):
     """A copy of the course only root may read, as the uid fallback requires before grading,
-    which also requires the packages no answer may use closed to other users: they are, while
-    the module runs (as ``python -m autograder hide-withheld`` leaves them), then as before."""
+    which also requires the packages no answer may use closed to other users, and every copy
+    of them elsewhere on the host (a package mirror's wheels, say): they are, while the module
+    runs (as ``python -m autograder hide-withheld`` leaves them, and as an image that grades
+    holds none), then as before."""
     from autograder.authoring.course import COURSE
+    from autograder.isolation.kinds import readable_copies
     from autograder.isolation.sandbox import WITHHELD, hide_withheld, package_folders
 
     copy = tmp_path_factory.mktemp("course") / "assignments"
@@ -82,6 +85,13 @@ def private_course(tmp_path_factory):
     copy.chmod(0o700)
     modes = {folder: folder.stat().st_mode for folder in package_folders(WITHHELD)}
     hide_withheld()
+    if os.geteuid() == 0:
+        readable_copies.cache_clear()
+        for found in map(Path, readable_copies(WITHHELD)):
+            modes[found] = found.stat().st_mode
+            found.chmod(found.stat().st_mode & ~0o077)
+        readable_copies.cache_clear()
     yield copy
     for folder, mode in modes.items():
         folder.chmod(mode)
+    readable_copies.cache_clear()

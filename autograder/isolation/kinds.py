@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -144,8 +145,90 @@ def exposed(roots: list[Path], uid: int = UID_BASE) -> dict[str, list[str]]:
     return json.loads(probe.stdout)
 
 
-def refuse_if_exposed(roots: list[Path], uid: int = UID_BASE) -> None:
-    """RuntimeError naming what a sandbox could read and the ``chmod`` that fixes it."""
+# Walked as the sandbox's uid: every folder it can list, from the root, except the kernel's
+# own file systems; a hit is a folder <name>/__init__.py, or a wheel, egg, zip or source archive
+# named <name>-..., for a package no answer may use. Our own stubs (a sandbox's support
+# folder) say they are stubs.
+_COPIES = """import json, os, sys, time
+names, limit, stub = json.load(sys.stdin)
+skip = {"/proc", "/sys", "/dev", "/run", "/boot"}
+archives = (".whl", ".egg", ".zip", ".tar.gz", ".tgz", ".tar.bz2")
+found, stack, seen, deadline = [], ["/"], 0, time.monotonic() + limit
+while stack:
+    if time.monotonic() > deadline:
+        print(json.dumps({"found": found, "unfinished": stack[-1]}))
+        sys.exit()
+    folder = stack.pop()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        continue
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.path in skip:
+                    continue
+                if entry.name in names:
+                    try:
+                        with open(entry.path + "/__init__.py", "rb") as handle:
+                            if stub.encode() not in handle.read(4096):
+                                found.append(entry.path)
+                    except OSError:
+                        pass
+                stack.append(entry.path)
+            elif entry.name.lower().endswith(archives) and \
+                    entry.name.split("-")[0].lower().replace("_", "-") in names and \
+                    os.access(entry.path, os.R_OK):
+                found.append(entry.path)
+        except OSError:
+            pass
+print(json.dumps({"found": found, "unfinished": ""}))
+"""
+COPY_SCAN_SECONDS = 120.0
+STUB_MARK = "is not available while your notebook is graded"  # in every withheld package's stub
+
+
+def readable_copies(packages, uid: int = UID_BASE) -> list[str]:
+    """``find_copies`` once per process (a walk of the whole host takes seconds; grading
+    checks before each run): ``readable_copies.cache_clear()`` after changing permissions."""
+    return list(_cached_copies(tuple(sorted(set(packages))), uid))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_copies(packages: tuple[str, ...], uid: int) -> tuple[str, ...]:
+    return tuple(find_copies(packages, uid))
+
+
+readable_copies.cache_clear = _cached_copies.cache_clear
+
+
+def find_copies(packages, uid: int = UID_BASE) -> list[str]:
+    """Copies of the ``packages`` no answer may use that the sandbox's ``uid`` can find and read
+    anywhere on this host (a package folder, or a wheel, egg, zip or source archive of it: a
+    local package mirror, another virtual environment, a checkout), found by walking every
+    folder that uid can list. RuntimeError if the walk cannot finish in COPY_SCAN_SECONDS (a
+    host too large to check: grade with bubblewrap, or in a container)."""
+    names = sorted({p.lower().replace("_", "-") for p in packages})
+    probe = subprocess.run(as_uid(uid) + [sys.executable, "-I", "-c", _COPIES],
+                           input=json.dumps([names, COPY_SCAN_SECONDS, STUB_MARK]),
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RuntimeError(f"could not check what uid {uid} can read: "
+                           f"{probe.stderr.strip()[-300:]}")
+    result = json.loads(probe.stdout)
+    if result["unfinished"]:
+        raise RuntimeError(
+            f"cannot grade safely with the uid fallback: this host has too many files readable "
+            f"to the sandbox's uid {uid} to check for copies of the packages no answer may use "
+            f"within {COPY_SCAN_SECONDS:g} s (still at {result['unfinished']}); grade with "
+            "bubblewrap, or in a container (see the README)")
+    return sorted(result["found"])
+
+
+def refuse_if_exposed(roots: list[Path], uid: int = UID_BASE, packages=()) -> None:
+    """RuntimeError naming what a sandbox could read and the ``chmod`` that fixes it: the
+    grader's files ``roots``, and any copy of the ``packages`` no answer may use found
+    anywhere the sandbox's uid can list (``readable_copies``)."""
     found = exposed(roots, uid)
     if found:
         example = next(iter(found.values()))[0]
@@ -153,12 +236,21 @@ def refuse_if_exposed(roots: list[Path], uid: int = UID_BASE) -> None:
             f"cannot grade safely with the uid fallback: the sandbox's uid {uid} could read the "
             f"grader's files (e.g. {example}). Fix: chmod -R go-rwx "
             f"{' '.join(shlex.quote(r) for r in found)}")
+    copies = readable_copies(packages, uid) if packages else []
+    if copies:
+        shown = " ".join(shlex.quote(c) for c in copies[:20])
+        more = f" (and {len(copies) - 20} more)" if len(copies) > 20 else ""
+        raise RuntimeError(
+            f"cannot grade safely with the uid fallback: the sandbox's uid {uid} could import "
+            f"packages no answer may use from copies elsewhere on this host: {shown}{more}. "
+            f"Fix: chmod -R go-rwx {shown}, or grade in a container that holds none")
 
 
-def report(limits_in_force: str, course: Path, packages: list[Path] = ()) -> str:
+def report(limits_in_force: str, course: Path, packages: list[Path] = (), names=()) -> str:
     """What ``python -m autograder doctor`` prints: the isolation grading would use here, each
     limit and whether it holds, and what to fix (``packages``: the folders of those no answer
-    may use, which the uid fallback's sandboxes must not read)."""
+    may use, which the uid fallback's sandboxes must not read; ``names``: those packages, of
+    which no copy may be readable anywhere)."""
     lines = []
     try:
         chosen = choose()
@@ -177,6 +269,14 @@ def report(limits_in_force: str, course: Path, packages: list[Path] = ()) -> str
         lines.append("  packages no answer may use: " + (
             "closed to the sandbox's uid" if not exposed(list(packages)) else
             "READABLE to the sandbox's uid; fix: python -m autograder hide-withheld"))
+        try:
+            copies = readable_copies(names)
+            lines.append("  copies of them elsewhere on this host: " + (
+                "none the sandbox's uid can find" if not copies else
+                f"READABLE to the sandbox's uid: {' '.join(copies[:5])}"
+                f"{' ...' if len(copies) > 5 else ''}; fix: chmod -R go-rwx on each"))
+        except RuntimeError as err:
+            lines.append(f"  copies of them elsewhere on this host: NOT CHECKED: {err}")
     else:
         lines.append("  network: cut off (own network namespace)")
         lines.append("  the course, the output, other students' files: not in the sandbox's "

@@ -46,7 +46,17 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kinds import BUBBLEWRAP, NONE, UID, UID_BASE, UID_SPAN, Isolation, as_uid, choose
+from .kinds import (
+    BUBBLEWRAP,
+    NONE,
+    STUB_MARK,
+    UID,
+    UID_BASE,
+    UID_SPAN,
+    Isolation,
+    as_uid,
+    choose,
+)
 from .runner import SHARED_WRITABLE, remove_owned, remove_tree
 
 WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
@@ -71,22 +81,26 @@ class Limits:
     timeout_notebook: float = 300.0
     memory_mb: int = 4096
     max_procs: int = 256
+    cpus: float = 1.0  # cores one submission may keep busy at most, all its processes together
 
     def __post_init__(self):
-        for name in ("timeout_cell", "timeout_notebook", "memory_mb", "max_procs"):
+        for name in ("timeout_cell", "timeout_notebook", "memory_mb", "max_procs", "cpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
 def _cgroup_dirs(name: str) -> dict[str, Path]:
-    """Writable cgroup folders for one sandbox: {'memory': ..., 'pids': ...} (v1), or
-    {'unified': ...} (v2), or {} when this host does not let us create them."""
-    v1 = {c: CGROUP_V1 / c for c in ("memory", "pids")}
-    if all((d / "cgroup.procs").exists() for d in v1.values()):
+    """Writable cgroup folders for one sandbox: {'memory': ..., 'pids': ...} and, where the
+    host has it, {'cpu': ...} (v1), or {'unified': ...} (v2), or {} when this host does not let
+    us create them."""
+    v1 = {c: CGROUP_V1 / c for c in ("memory", "pids", "cpu")}
+    if all((v1[c] / "cgroup.procs").exists() for c in ("memory", "pids")):
         try:
             made = {}
             for controller, root in v1.items():
+                if not (root / "cgroup.procs").exists():
+                    continue  # no cpu controller: the CPU share is not enforced
                 folder = root / CGROUP_PARENT / name
                 folder.mkdir(parents=True, exist_ok=True)
                 made[controller] = folder
@@ -95,17 +109,36 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
             return {}
     v2 = CGROUP_V1 / CGROUP_PARENT
     try:
-        controllers = (CGROUP_V1 / "cgroup.controllers").read_text().split()
-        if {"memory", "pids"} <= set(controllers):
+        controllers = set((CGROUP_V1 / "cgroup.controllers").read_text().split())
+        if {"memory", "pids"} <= controllers:
+            wanted = " ".join(f"+{c}" for c in ("memory", "pids", "cpu") if c in controllers)
             v2.mkdir(exist_ok=True)
-            (CGROUP_V1 / "cgroup.subtree_control").write_text("+memory +pids")
-            (v2 / "cgroup.subtree_control").write_text("+memory +pids")
+            (CGROUP_V1 / "cgroup.subtree_control").write_text(wanted)
+            (v2 / "cgroup.subtree_control").write_text(wanted)
             folder = v2 / name
             folder.mkdir(exist_ok=True)
             return {"unified": folder}
     except OSError:
         pass
     return {}
+
+
+CPU_PERIOD_US = 100_000
+
+
+def _limit_cpu(folder: Path, cpus: float, unified: bool) -> bool:
+    """Cap the CPU time of everything in the cgroup at ``cpus`` cores (CFS bandwidth: quota
+    per period); False where this cgroup cannot (v2 without the cpu controller)."""
+    quota = max(1000, int(cpus * CPU_PERIOD_US))
+    if unified:
+        control = folder / "cpu.max"
+        if not control.exists():
+            return False
+        control.write_text(f"{quota} {CPU_PERIOD_US}")
+        return True
+    (folder / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+    (folder / "cpu.cfs_quota_us").write_text(str(quota))
+    return True
 
 
 def _rlimits_that_hold(limits: Limits, uid: int | None = None) -> list[str]:
@@ -206,7 +239,7 @@ def remove_stale_cgroups() -> None:
     """Remove the cgroups of grading runs that died before they could (killed): cgroups outlive
     their processes. Grading names its sandboxes' "<process id of the run>-...": a folder whose
     run no longer exists is stale (its processes, if any are left, are killed)."""
-    for parent in (*(CGROUP_V1 / c / CGROUP_PARENT for c in ("memory", "pids")),
+    for parent in (*(CGROUP_V1 / c / CGROUP_PARENT for c in ("memory", "pids", "cpu")),
                    CGROUP_V1 / CGROUP_PARENT):
         try:
             folders = [f for f in parent.iterdir() if f.is_dir()]
@@ -417,6 +450,8 @@ class Sandbox:
         self.template_name = ""  # its cgroups' and scratch folder's name; else "<pid>-template"
         probe = _cgroup_dirs(f"probe-{os.getpid()}")
         self.cgroups = bool(probe)
+        self.cpu_share = "cpu" in probe or (
+            "unified" in probe and (probe["unified"] / "cpu.max").exists())
         for folder in probe.values():
             folder.rmdir()
 
@@ -450,7 +485,10 @@ class Sandbox:
                      if "processes" in held else
                      "processes NOT capped (no cgroup; the per-user rlimit does not bind root)"]
             caps = " and ".join(named)
-        return caps
+        if self.cpu_share:
+            return f"{caps}; at most {self.limits.cpus:g} CPU core(s) via cgroup"
+        return (f"{caps}; CPU share NOT capped (no cpu cgroup here: a submission's processes "
+                "compete with the others'; cost checks count CPU time, so they still hold)")
 
     def _write_support(self) -> None:
         site = self.support / "site"
@@ -459,7 +497,8 @@ class Sandbox:
         (site / "autograder").mkdir(parents=True)
         shutil.copy(RUNNER, self.support / "runner.py")
         shutil.copy(GUARD, self.support / "guard.py")
-        (site / "autograder" / "__init__.py").write_text("")
+        (site / "autograder" / "__init__.py").write_text(
+            f'"""The checks test cells import; the rest of the grader {STUB_MARK}."""\n')
         shutil.copy(CHECKS, site / "autograder" / "checks.py")
         shutil.copy(GUARD, site / "autograder" / "guard.py")
         # Colab's own module, as a no-op stand-in: a notebook saved on Colab mounts Drive or
@@ -609,6 +648,8 @@ class Sandbox:
                 _limit_memory(folder, self.limits.memory_mb * 2**20, controller == "unified")
             if controller in ("pids", "unified"):
                 (folder / "pids.max").write_text(str(self.limits.max_procs))
+            if controller in ("cpu", "unified"):
+                _limit_cpu(folder, self.limits.cpus, controller == "unified")
         return groups
 
     def _popen(self, name: str, command: list[str], groups: dict[str, Path],
@@ -625,10 +666,24 @@ class Sandbox:
         if uid is not None:
             os.chown(scratch, uid, uid)
         scratch.chmod(0o700)
-        return subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *command],
-                                stdin=stdin, stdout=subprocess.PIPE if stdin == subprocess.PIPE
-                                else subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch,
-                                env=env, start_new_session=True)
+        hidden = ()
+        if command[0] == "bwrap":  # its options from a file descriptor, not its command line:
+            # /proc/1/cmdline inside the sandbox (bubblewrap is pid 1 there) then shows
+            # "bwrap --args 3 -- python /grader/runner.py", none of the host's paths
+            end = command.index("--")
+            args = os.memfd_create("bwrap-args")
+            os.write(args, b"".join(a.encode() + b"\0" for a in command[1:end]))
+            os.lseek(args, 0, os.SEEK_SET)
+            command, hidden = ["bwrap", "--args", str(args), *command[end:]], (args,)
+        try:
+            return subprocess.Popen(["/bin/sh", "-c", f'{joins} exec "$@"', "sh", *command],
+                                    stdin=stdin, stdout=subprocess.PIPE if stdin ==
+                                    subprocess.PIPE else subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, cwd=scratch, env=env,
+                                    start_new_session=True, pass_fds=hidden)
+        finally:
+            for fd in hidden:
+                os.close(fd)
 
     def _fork(self, name: str) -> Box:
         """One submission's runner, forked from the template (started, or started again if it
@@ -657,7 +712,8 @@ class Sandbox:
     def cleanup(self, name: str) -> None:
         """Remove what a sandbox named ``name`` left if its grading worker died with it: its
         cgroups (processes there are killed), the processes of its uid, its scratch folder."""
-        for folder in (*(CGROUP_V1 / c / CGROUP_PARENT / name for c in ("memory", "pids")),
+        for folder in (*(CGROUP_V1 / c / CGROUP_PARENT / name
+                         for c in ("memory", "pids", "cpu")),
                        CGROUP_V1 / CGROUP_PARENT / name):
             if folder.is_dir():
                 _empty_and_remove(folder)
@@ -752,11 +808,11 @@ def _kill_uid(uid: int) -> None:
 
 
 def support_folder(out: Path, isolation: Isolation) -> Path:
-    """Where the sandboxes' support and scratch folders go: under ``out`` usually; in the uid
-    fallback, where the output's own permissions (no access for others) cannot hide them from
-    the sandbox uids: a fresh folder of root's that they may only traverse."""
-    if isolation.kind != UID:
-        return Path(out) / "sandbox"
+    """Where the sandboxes' support and scratch folders go: a fresh folder of the grader's that
+    the sandbox uids may only traverse, away from ``out``: in the uid fallback the output's own
+    permissions (no access for others) could not hide them, and under bubblewrap the paths of
+    what is bound into the sandbox show in its mount table, which then names nothing of the
+    instructor's folders. ``out`` is kept for callers that name where grading writes."""
     folder = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))
     folder.chmod(0o711)
     return folder
