@@ -94,6 +94,14 @@ def grade_command(args) -> int:
     return 0
 
 
+def sync_command(args) -> int:
+    from .intake.late import load_policy
+    from .scoring.handgrading import sync
+
+    sync(args.out, load_policy(args.late_policy or args.course / "late_policy.toml"))
+    return 0
+
+
 def merge_command(args) -> int:
     from .scoring.merge import merge
 
@@ -188,6 +196,12 @@ def parser() -> argparse.ArgumentParser:
                    help="regrade just these students; every other row stays as it is")
     p.add_argument("--shard", metavar="I/N",
                    help="grade a fixed 1/N of the students (join the outputs with merge)")
+
+    p = command("sync", sync_command, "bring the grades, comments and extra credit entered "
+                                      "in formgrader into grades.csv and the feedback")
+    p.add_argument("out", type=Path, help="the --out folder of a grade run")
+    p.add_argument("--late-policy", type=Path, default=None,
+                   help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
 
     p = command("merge", merge_command, "join the outputs of sharded grade runs")
     p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")

@@ -20,8 +20,9 @@ def test_defined_names_are_the_answer_cells_top_level_definitions():
 def test_every_answer_is_used_by_a_test_cell_and_every_test_cell_uses_an_answer(assignment):
     nb = nbformat.read(source_notebook(assignment), as_version=4)
     answers = answer_map(nb)
-    tests = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-             if c.metadata.get("nbgrader", {}).get("grade")}
+    tests = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells  # written answers, graded
+             if c.metadata.get("nbgrader", {}).get("grade")           # by hand, are not tests
+             and not c.metadata["nbgrader"].get("solution")}
     assert answers and all(info["tests"] for info in answers.values()), answers
     assert set().union(*(info["tests"] for info in answers.values())) == tests
 

@@ -113,19 +113,55 @@ def selftest(assignment: str, course: Path = COURSE, log=print, independence: bo
         results = {student: json.loads((tmp / "out" / "feedback" / student / "feedback.json")
                                        .read_text())["tests"] for student in rows}
     solution, untouched = rows["solution"], rows["untouched"]
-    if solution["status"] != Status.GRADED or solution["score"] != solution["max_score"]:
-        failures.append(f"{assignment}: the solution scored {solution['score']:g}/"
-                        f"{solution['max_score']:g} ({solution['status']} {solution['message']})")
+    by_hand = _by_hand(assignment, course)
+    autograded = solution["max_score"] - sum(by_hand.values())
+    if solution["status"] not in (Status.GRADED, Status.NEEDS_MANUAL) or \
+            solution["auto_score"] != autograded or solution["needs_manual"] != len(by_hand):
+        failures.append(f"{assignment}: the solution scored {solution['auto_score']:g}/"
+                        f"{autograded:g} by the autograder with {solution['needs_manual']} of "
+                        f"{len(by_hand)} written answer(s) left to grade ({solution['status']} "
+                        f"{solution['message']})")
     if untouched["status"] != Status.GRADED or untouched["score"] != 0:
-        failures.append(f"{assignment}: the untouched release scored {untouched['score']:g} "
+        failures.append(f"{assignment}: the untouched release scored {untouched['score']} "
                         f"({untouched['status']} {untouched['message']})")
+    failures += _rubrics(assignment, course)
     for answer, info in answers.items():
         failures += _independent(assignment, answer, info, rows[_variant(answer)],
                                  results[_variant(answer)], log)
     log(f"selftest {assignment}: {'ok' if not failures else 'FAILED'} "
-        f"(solution {solution['score']:g}/{solution['max_score']:g}, untouched "
-        f"{untouched['score']:g}{f', {len(answers)} answers stubbed in turn' if answers else ''})"
+        f"(solution {solution['auto_score']:g}/{autograded:g} autograded, "
+        f"{sum(by_hand.values()):g} point(s) by hand, untouched {untouched['score']}"
+        f"{f', {len(answers)} answers stubbed in turn' if answers else ''})"
         f" in {time.perf_counter() - start:.1f} s")
+    return failures
+
+
+def _by_hand(assignment: str, course: Path) -> dict[str, float]:
+    """The assignment's cells graded by hand: grade_id -> points."""
+    from ..intake.normalize import manual, master_step, read_notebook
+
+    master = read_notebook(source_notebook(assignment, course))
+    return {s.grade_id: s.points for s in map(master_step, master["cells"]) if manual(s)}
+
+
+def _rubrics(assignment: str, course: Path) -> list[str]:
+    """Each written question's rubric, if it has one, is well formed and adds up to its
+    points."""
+    from ..intake.normalize import manual, master_step, read_notebook
+    from ..scoring.results import rubric
+
+    failures = []
+    master = read_notebook(source_notebook(assignment, course))
+    for step in filter(manual, map(master_step, master["cells"])):
+        try:
+            items = rubric(step.metadata)
+        except ValueError as err:
+            failures.append(f"{assignment}: {step.grade_id}: {err}")
+            continue
+        if items and abs(sum(i["points"] for i in items) - step.points) > 1e-9:
+            failures.append(f"{assignment}: {step.grade_id}'s rubric adds up to "
+                            f"{sum(i['points'] for i in items):g} points, the cell has "
+                            f"{step.points:g}")
     return failures
 
 
@@ -136,7 +172,7 @@ def _independent(assignment: str, answer: str, info: dict, row: dict, tests: lis
     names = ", ".join(sorted(info["names"]))
     where = f"{assignment}: with the answer {answer} ({names}) stubbed"
     failures = []
-    if row["status"] != Status.GRADED:
+    if row["status"] not in (Status.GRADED, Status.NEEDS_MANUAL):
         failures.append(f"{where}, grading ended {row['status']}: {row['message'][:300]}")
     for test in sorted(set(lost) - info["tests"]):
         failures.append(f"{where}, {test} lost its points although it uses none of these "

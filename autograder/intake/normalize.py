@@ -19,7 +19,8 @@ from pathlib import Path
 class Step:
     """One cell of the graded notebook, in order. ``kind``: code (student), given (master code
     run in the sandbox and, to define the tests' names, in the grader), test (master, run by the
-    grader), markdown or missing (shown, not run)."""
+    grader), written (the student's answer to a question graded by hand: text, never run),
+    markdown or missing (shown, not run)."""
 
     kind: str
     source: str
@@ -114,10 +115,21 @@ def _grade_id(cell: dict) -> str:
     return gid if isinstance(gid, str) else ""
 
 
+TEXT_STUB = "YOUR ANSWER HERE"  # what a release shows in a written answer's place
+
+
+def manual(step: Step) -> bool:
+    """Whether the cell is graded by hand (nbgrader's manually graded answer): a written
+    answer, or an answer cell of code that carries points."""
+    return step.kind == "written" or (step.kind in ("missing", "code") and step.points > 0)
+
+
 def master_step(cell: dict) -> Step:
     info = cell["metadata"].get("nbgrader", {})
     gid = info.get("grade_id", "")
     if cell["cell_type"] != "code":
+        if info.get("solution") and info.get("grade"):  # a question answered in words
+            return Step("written", "", cell["metadata"], gid, float(info.get("points") or 0))
         return Step("markdown", cell["source"], cell["metadata"], gid)
     if info.get("grade") and not info.get("solution"):
         return Step("test", cell["source"], cell["metadata"], gid,
@@ -166,11 +178,16 @@ def _kept(masters: list[Step], student: dict) -> list[tuple[int | None, Step]]:
         if m is None:
             if cell["cell_type"] in ("code", "markdown"):
                 items.append((None, Step(cell["cell_type"], cell["source"])))
+        elif masters[m].kind == "written":  # the student's words, as they wrote them
+            if m not in seen:
+                items.append((m, replace(masters[m], source=cell["source"])))
+                seen.add(m)
         elif masters[m].kind == "missing":  # an answer: the student's code
             if cell["cell_type"] == "code":
                 first = m not in seen
                 items.append((m, Step("code", cell["source"], masters[m].metadata if first
-                                      else {}, masters[m].grade_id if first else "")))
+                                      else {}, masters[m].grade_id if first else "",
+                                      masters[m].points if first else 0.0)))
                 seen.add(m)
         elif m not in seen:  # the instructor's cell, from the master, where its first copy is
             items.append((m, masters[m]))

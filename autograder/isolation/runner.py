@@ -236,8 +236,23 @@ class Runner:
             reply.update(ok=False, **self.error(exc))
         finally:
             sys.stdout, sys.stderr = saved
-        reply.update(stdout=out.value(), stderr=err.value())
+        reply.update(stdout=out.value(), stderr=err.value(), figures=self.figures())
         return reply
+
+    @staticmethod
+    def figures():
+        """The figures the cell showed or left open (base64 PNG), as Jupyter's inline backend
+        would have drawn them below it; [] when the notebook draws none."""
+        backend = sys.modules.get("grader_figures")
+        if backend is None:
+            return []
+        try:
+            backend.show()
+            drawn = [f for f in backend.shown if type(f) is str][:10]
+            backend.shown.clear()
+            return drawn
+        except Exception:  # whatever the notebook did to its figures
+            return []
 
     def get(self, name):
         if name not in self.ns:

@@ -261,6 +261,28 @@ def _running(pid: int) -> bool:
     return True
 
 
+FIGURES_BACKEND = '''"""Matplotlib's backend while a notebook is graded: figures shown (or left
+open at the end of a cell) are kept as PNG for the graded copy, as Jupyter's inline backend
+keeps them."""
+import base64
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg as FigureCanvas  # noqa: F401
+
+shown = []
+
+
+def show(*args, **kwargs):
+    from matplotlib import pyplot
+
+    for number in pyplot.get_fignums()[:10]:
+        buffer = io.BytesIO()
+        pyplot.figure(number).savefig(buffer, format="png", dpi=72)
+        shown.append(base64.b64encode(buffer.getvalue()).decode())
+    pyplot.close("all")
+'''
+
+
 COLAB_STAND_IN = '''"""Stand-in for google.colab while a notebook is graded: nothing to mount."""
 
 
@@ -505,6 +527,7 @@ class Sandbox:
         # uploads files in cells of its own, which must not cost points where there is no Colab
         (site / "google" / "colab").mkdir(parents=True)  # `google` stays a namespace package
         (site / "google" / "colab" / "__init__.py").write_text(COLAB_STAND_IN)
+        (site / "grader_figures.py").write_text(FIGURES_BACKEND)
         for name in self.withheld:
             if name == "autograder":
                 continue
@@ -618,8 +641,9 @@ class Sandbox:
     def environment(self, home: str, tmp: str, site: str) -> dict[str, str]:
         env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp,
                "PYTHONPATH": site, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-               "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde", "SEQLAB_FAST": "1"}
+               "MPLBACKEND": "module://grader_figures", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8", "NBGRADER_EXECUTION": "autograde",
+               "SEQLAB_FAST": "1"}
         if self.refuse_attention:
             env["GRADER_REFUSE_ATTENTION"] = "1"
         env["GRADER_PRELOAD"] = ",".join(self.preload)

@@ -17,15 +17,16 @@ import re
 import time
 import types
 
-from ..authoring.release import has_visible_code, hidden_lines, public_source
+from ..authoring.release import has_visible_code, hidden_lines
 from ..intake.normalize import Step
 from ..isolation.remote import TEST_MODULE, ProtocolError, SandboxGone, Session
 from ..isolation.runner import seed_all
-from .results import Result, Status, TestResult, test_result
+from .results import Result, Status, TestResult, manual_answers, test_result
 
 KEPT_TYPES = (types.FunctionType, type, types.ModuleType)
 MAX_OUTPUT = 10_000  # characters of one cell's output kept in the graded copy
 MAX_TOTAL_OUTPUT = 1_000_000  # characters of output kept, all cells together
+MAX_FIGURES_TOTAL = 8_000_000  # characters of base64 PNG kept, all figures together
 
 
 def _seed(seed: int) -> None:
@@ -117,6 +118,7 @@ class Grading:
         self.problems: list[str] = []
         self.status = Status.GRADED
         self.output_left = MAX_TOTAL_OUTPUT
+        self.figures_left = MAX_FIGURES_TOTAL
 
     def run(self) -> Result:
         start = time.monotonic()
@@ -160,7 +162,8 @@ class Grading:
         if stop:
             self.problems.insert(0, stop)
         return {"status": self.status, "message": " ".join(self.problems)[:1000],
-                "tests": self.tests, "outputs": self.outputs}
+                "tests": self.tests, "manual": manual_answers(self.steps),
+                "outputs": self.outputs}
 
     def _kept(self, text: str) -> str:
         """What of one output the graded copy keeps: MAX_OUTPUT characters of each, and
@@ -177,6 +180,16 @@ class Grading:
         return kept + ("\n... [output not kept: the notebook's output limit was reached]"
                        if text else "")
 
+    def _figures(self, figures) -> list[str]:
+        """The figures a cell drew (base64 PNG text), MAX_FIGURES_TOTAL characters of them in
+        all: graders see students' plots; a notebook drawing hundreds keeps the first."""
+        kept = []
+        for figure in figures if type(figures) is list else []:
+            if type(figure) is str and len(figure) <= self.figures_left:
+                self.figures_left -= len(figure)
+                kept.append(figure)
+        return kept
+
     def _where(self, i: int) -> str:
         step = self.steps[i]
         return (f"during test {step.grade_id}," if step.kind == "test" else
@@ -191,7 +204,8 @@ class Grading:
                                      f"grader ({_message(exc)}); please report this.")
         reply = session.run_cell(step.source, i, seconds)
         self.outputs[i] = {"stdout": self._kept(str(reply.get("stdout", ""))),
-                           "stderr": self._kept(str(reply.get("stderr", "")))}
+                           "stderr": self._kept(str(reply.get("stderr", ""))),
+                           "figures": self._figures(reply.get("figures"))}
         if not reply.get("ok", False):
             ename, evalue = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))[:500]
             self.outputs[i]["error"] = (ename, evalue)
@@ -257,28 +271,3 @@ class Grading:
         if message:
             self.outputs[i]["error"] = (message.split(":")[0], message)
 
-
-def graded_notebook(steps: list[Step], outputs: list[dict], metadata: dict) -> str:
-    """The notebook as graded, for formgrader, as JSON: test cells show their public source
-    (no hidden tests), so even nbgrader's own feedback cannot leak them. Built where the
-    submission was graded, never in the process that writes every student's grades."""
-    import nbformat
-
-    nb = nbformat.v4.new_notebook(metadata={k: v for k, v in metadata.items()
-                                            if k in ("kernelspec", "language_info")})
-    for step, out in zip(steps, outputs, strict=True):
-        if step.kind == "markdown":
-            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
-            continue
-        source = public_source(step.source) if step.kind == "test" else step.source
-        cell = nbformat.v4.new_code_cell(source, metadata=step.metadata)
-        for stream in ("stdout", "stderr"):
-            if out.get(stream):
-                cell.outputs.append(nbformat.v4.new_output("stream", name=stream,
-                                                           text=out[stream]))
-        if out.get("error"):
-            ename, evalue = out["error"]
-            cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                                       traceback=[f"{ename}: {evalue}"]))
-        nb.cells.append(cell)
-    return nbformat.writes(nb)

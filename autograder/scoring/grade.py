@@ -27,6 +27,7 @@ from ..authoring.course import COURSE, check_assignment, generate, source_notebo
 from ..intake.late import LatePolicy, load_timestamps
 from ..intake.normalize import (
     given_imports,
+    manual,
     master_step,
     plan,
     read_notebook,
@@ -47,13 +48,14 @@ from ..isolation.sandbox import (
 )
 from . import gradebook, similarity
 from .feedback import write_feedback
+from .handgrading import apply, cells_of, sync, totals
 from .results import Result, Status
 from .spreadsheet import write_csv
 from .workers import Failure, run_jobs
 
 WORKER_NICENESS = 5
-COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "status", "message",
-           "flags")
+COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "auto_score",
+           "manual_score", "needs_manual", "status", "message", "flags")
 
 class _Worker:
     """A grading worker's sandboxes: each submission gets a sandbox of its own, never used for
@@ -100,7 +102,8 @@ class _Worker:
         """Everything done with one student's notebook, here and not in the process that
         writes every student's grades: read and plan it (``{"problem": why}`` if it cannot be
         graded), grade it, and build its graded copy (``{"result": ..., "graded": json}``)."""
-        from .execute import grade_steps, graded_notebook
+        from .execute import grade_steps
+        from .graded_copy import graded_notebook
 
         try:
             steps = plan(cls.master, read_notebook(Path(notebook)))
@@ -188,7 +191,8 @@ class _Run:
 
     def row(self, sub, student: str, **fields) -> dict:
         return {"student_id": student, "name": sub.name, "assignment": self.assignment,
-                "score": 0.0, "max_score": self.max_score, "status": Status.GRADED,
+                "score": 0.0, "max_score": self.max_score, "auto_score": 0.0,
+                "manual_score": 0.0, "needs_manual": 0, "status": Status.GRADED,
                 "message": sub.note, **fields}
 
     def all_rows(self) -> list[dict]:
@@ -206,17 +210,20 @@ class _Run:
         ``error`` row, and every other student's row is written as usual."""
         tests = result["tests"] if result else []
         try:
+            parts = {"note": row["message"]}
             if result:
-                raw = sum(t["points"] for t in tests)
+                cells = cells_of(result)
                 when = self.timestamps.get(student, sub.timestamp)
-                off, late = self.policy.penalty(self.assignment, when, raw, self.max_score)
-                message = " ".join(m for m in (row["message"], result["message"], late,
-                                                _lost(tests)) if m)
-                row.update(score=round(max(0.0, raw - off), 6), status=result["status"],
-                           message=message)
+                off, late = self.policy.penalty(self.assignment, when, totals(cells)[3],
+                                                self.max_score)
+                parts.update(result=result["message"], late=late, lost=_lost(tests))
+                row.update(status=result["status"],
+                           message=" ".join(m for m in parts.values() if m))
+                apply(row, cells, off)
                 self.pending.append((sub, student, graded, result, when, off))
             self.rows[student] = row
-            write_feedback(self.out / "feedback" / student, row, tests)
+            write_feedback(self.out / "feedback" / student, row, tests,
+                           result["manual"] if result else [], parts)
         except Exception as err:
             self.pending = [p for p in self.pending if p[1] != student]
             row = self.rows[student] = self.row(sub, student, status=Status.ERROR, message=(
@@ -225,7 +232,7 @@ class _Run:
             with contextlib.suppress(Exception):
                 write_feedback(self.out / "feedback" / student, row, [])
         write_grades(self.out / "grades.csv", self.all_rows())
-        self.log(f"[{seconds:6.1f} s] {student}: {row['score']:g}/{row['max_score']:g} "
+        self.log(f"[{seconds:6.1f} s] {student}: {row['score'] or '?'}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
         self.record(wait=False)
 
@@ -243,25 +250,30 @@ class _Run:
                 self._copy(sub, student, graded, when)
             except Exception as err:
                 failed[student] = err
-        entries = [(student, result["tests"], when, off)
+        entries = [(student, result["tests"], result["manual"], when, off)
                    for sub, student, _, result, when, off in pending if student not in failed]
         due = self.policy.due.get(self.assignment)
         try:
-            gradebook.record_many(self.work, self.assignment, self.assignment, entries, due)
+            said = gradebook.record_many(self.work, self.assignment, self.assignment, entries,
+                                         due)
         except Exception:  # find who: one session each
+            said = []
             for entry in entries:
                 try:
-                    gradebook.record_many(self.work, self.assignment, self.assignment, [entry],
-                                          due)
+                    said += gradebook.record_many(self.work, self.assignment, self.assignment,
+                                                  [entry], due)
                 except Exception as err:
                     failed[entry[0]] = err
+        for line in said:  # manual grades a regrade kept or invalidated
+            self.log(line)
         for student, err in failed.items():  # keep the row; say the gradebook copy is missing
             row = self.rows[student]
             row.update(status=Status.ERROR, message=(
                 f"{row['message']} (not recorded in the gradebook: {type(err).__name__}: "
                 f"{str(err)[:200]}; please report)").strip())
-            tests = next(r["tests"] for _, s, _, r, _, _ in pending if s == student)
-            write_feedback(self.out / "feedback" / student, row, tests)
+            result = next(r for _, s, _, r, _, _ in pending if s == student)
+            write_feedback(self.out / "feedback" / student, row, result["tests"],
+                           result["manual"])
         if failed:
             write_grades(self.out / "grades.csv", self.all_rows())
 
@@ -348,7 +360,8 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     previous = read_grades(out / "grades.csv")
     work = working_course(assignment, out / "course", settings.course)
     master = read_notebook(source_notebook(assignment, settings.course))
-    max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
+    max_score = sum(s.points for s in map(master_step, master["cells"])
+                    if s.kind == "test" or manual(s))
     mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
     # beside the grading: nbgrader's generate_assignment, then the similarity report (against
     # the whole export, other shards' students too; it needs the notebooks, not the grades)
@@ -392,7 +405,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
-    return run.all_rows()
+    return sync(out, settings.policy, log=log)  # with the manual grades the gradebook keeps
 
 
 def _grade_all(run, master, todo, limits, sandbox, workers) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import gradebook, similarity
 from .grade import read_grades, write_grades
+from .handgrading import sync
 
 
 def _manifest(folder: Path) -> dict:
@@ -29,24 +30,15 @@ def _manifest(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _replay(source: Path, dest: Path, assignment: str, student: str) -> None:
-    """Copy one student's gradebook entry (scores, time, late penalty) and notebooks."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with warnings.catch_warnings(), Gradebook(f"sqlite:///{source / 'gradebook.db'}") as gb:
-        warnings.simplefilter("ignore")
-        try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:  # an ungradable submission: a row and feedback, no gradebook entry
-            return
-        notebook = gb.find_submission_notebook(assignment, assignment, student)
-        tests = [{"test": g.name, "points": g.auto_score or 0.0} for g in notebook.grades]
-        timestamp, penalty = sub.timestamp, notebook.late_submission_penalty or 0.0
-        due = gb.find_assignment(assignment).duedate
+def _replay(source: Path, dest: Path, assignment: str, student: str,
+            previous: Path | None) -> list[str]:
+    """Copy one student's gradebook entry (scores, manual grades, comments, time, late
+    penalty) and notebooks; manual grades ``previous`` holds are kept where they still hold."""
+    said = gradebook.copy_submission(source, dest, assignment, assignment, student, previous)
     for stage in ("submitted", "autograded"):
         if (source / stage / student).exists():
             shutil.copytree(source / stage / student, dest / stage / student, dirs_exist_ok=True)
-    gradebook.record(dest, assignment, assignment, student, tests, timestamp, penalty, due)
+    return said
 
 
 def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
@@ -82,9 +74,13 @@ def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
         (staging / "course" / "gradebook.db").write_bytes((base / "gradebook.db").read_bytes())
         _reset_gradebook(staging / "course", assignment)
         ordered = [rows[s] for s in first["students"]]
+        (staging / "course" / gradebook.DIGESTS).unlink(missing_ok=True)
+        previous = dest / "course" if (dest / "course").exists() else None
+        said = []
         for row in ordered:
             student = row["student_id"]
-            _replay(owner[student] / "course", staging / "course", assignment, student)
+            said += _replay(owner[student] / "course", staging / "course", assignment, student,
+                            previous)
             if (owner[student] / "feedback" / student).exists():
                 shutil.copytree(owner[student] / "feedback" / student,
                                 staging / "feedback" / student)
@@ -95,11 +91,14 @@ def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
         similarity.write_report(matches, out=staging)
         (staging / "manifest.json").write_text(json.dumps(
             {**first, "shard": None, "responsible": first["students"]}, indent=1))
+        sync(staging, None, log=lambda *a: None)  # the manual grades kept, in the rows
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    for line in said:  # manual grades of an earlier merge kept or invalidated
+        log(line)
     log(f"merged {len(outputs)} output(s): {len(ordered)} student(s) in {dest / 'grades.csv'}")
     return ordered
 

@@ -15,6 +15,7 @@ class Status(str, Enum):
     """How grading of one submission ended."""
 
     GRADED = "graded"          # every test ran (some may have failed)
+    NEEDS_MANUAL = "needs manual grading"  # graded but for answers a grader has yet to score
     TIMEOUT = "timeout"        # a cell or the notebook ran past its time limit
     CRASHED = "crashed"        # the student's kernel died or broke the protocol
     UNGRADABLE = "ungradable"  # no notebook to grade (a PDF, an empty file, ...)
@@ -40,13 +41,59 @@ class TestResult(TypedDict):
     hidden_failed: bool  # the visible tests passed and a hidden check failed
 
 
+class ManualAnswer(TypedDict):
+    """One answer graded by hand (nbgrader's manually graded answer), as the autograder
+    leaves it: blank ones score 0 at once, as in nbgrader; the others wait for a grader."""
+
+    cell: str          # its nbgrader grade_id
+    max_points: float
+    blank: bool        # empty, or the release's stub left as it was
+    digest: str        # sha256 of the answer as written: a regrade keeps a manual grade
+    rubric: list[dict]  # [{"criterion": str, "points": float}], for graders and feedback
+
+
 class Result(TypedDict):
     """One graded notebook."""
 
     status: Status
     message: str               # what stopped grading or went wrong in the student's cells
     tests: list[TestResult]    # every test cell of the master, in its order
-    outputs: list[dict]        # per step: {"stdout": ..., "error": (ename, evalue)}
+    manual: list[ManualAnswer]  # every answer graded by hand, in the master's order
+    outputs: list[dict]        # per step: {"stdout": ..., "error": (ename, evalue), ...}
+
+
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.py's code_stub
+
+
+def rubric(metadata: dict) -> list[dict]:
+    """A hand-graded cell's rubric, ``metadata.autograder.rubric``: a list of
+    ``{"criterion": text, "points": number}``; ValueError naming what is wrong."""
+    items = metadata.get("autograder", {}).get("rubric", [])
+    if not isinstance(items, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("criterion"), str) and i["criterion"]
+            and isinstance(i.get("points"), (int, float)) and not isinstance(i["points"], bool)
+            and i["points"] >= 0 for i in items):
+        raise ValueError(f"metadata.autograder.rubric must be a list of {{criterion: text, "
+                         f"points: number >= 0}}, got {items!r}")
+    return [{"criterion": i["criterion"], "points": float(i["points"])} for i in items]
+
+
+def manual_answers(steps) -> list[ManualAnswer]:
+    """The answers of a planned submission (``normalize.plan``) that are graded by hand."""
+    import hashlib
+
+    from ..intake.normalize import TEXT_STUB, manual
+
+    found = []
+    for step in steps:
+        if not (manual(step) and step.grade_id):
+            continue
+        text = step.source.strip()
+        blank = step.kind == "missing" or text in ("", TEXT_STUB, CODE_STUB)
+        found.append({"cell": step.grade_id, "max_points": step.points, "blank": blank,
+                      "digest": hashlib.sha256(step.source.encode()).hexdigest(),
+                      "rubric": rubric(step.metadata)})
+    return found
 
 
 def test_result(test: str, max_points: float, passed: bool, message: str, source: str,

@@ -1,0 +1,95 @@
+"""The notebook as graded, for formgrader and nbgrader's feedback: what the student wrote, the
+instructor's cells as the release shows them, and what the grading run printed and drew.
+
+Everything a student controls lands here as data. A written answer is the student's text with
+raw HTML neutralised: formgrader renders markdown to HTML on the server and would otherwise
+run a student's ``<script>`` in a grader's browser. A figure is kept only as a PNG whose bytes
+were checked. Test cells show their public source, so nbgrader's own feedback cannot quote a
+hidden test; no cell ever holds the instructor's model answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+from ..authoring.release import public_source
+from ..intake.normalize import Step
+from .results import rubric
+
+PNG = b"\x89PNG\r\n\x1a\n"
+MAX_IMAGE = 2 * 2**20  # bytes of one figure kept
+_CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.DOTALL)
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_SCRIPT_URL = re.compile(r"(java|vb)script\s*:", re.IGNORECASE)
+
+
+def safe_markdown(text: str) -> str:
+    """``text`` as markdown that renders the student's words and code, but no HTML of theirs:
+    a ``<`` that would open a tag becomes ``&lt;`` outside code (inside code spans and fenced
+    blocks markdown shows it as written), and a ``javascript:`` link cannot run."""
+    parts = _CODE.split(text)
+    for i in range(0, len(parts), 2):  # the text between code spans and blocks
+        parts[i] = _SCRIPT_URL.sub(lambda m: m.group(1) + "script :", _TAG.sub("&lt;", parts[i]))
+    return "".join(parts)
+
+
+def png(data) -> str | None:
+    """``data`` (base64 text from the sandbox) if it is a PNG of at most MAX_IMAGE bytes."""
+    if not isinstance(data, str) or len(data) > MAX_IMAGE * 4 // 3 + 4:
+        return None
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data if raw.startswith(PNG) else None
+
+
+def _rubric_cell(step: Step):
+    import nbformat
+
+    items = rubric(step.metadata)
+    if not items:
+        return None
+    lines = [f"- {safe_markdown(i['criterion'])} ({i['points']:g} point"
+             f"{'' if i['points'] == 1 else 's'})" for i in items]
+    return nbformat.v4.new_markdown_cell(
+        f"**Rubric for {step.grade_id}** (for graders; {step.points:g} points):\n\n"
+        + "\n".join(lines))
+
+
+def graded_notebook(steps: list[Step], outputs: list[dict], metadata: dict) -> str:
+    """The notebook as graded, as JSON (see the module's docstring). Built where the submission
+    was graded, never in the process that writes every student's grades."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={k: v for k, v in metadata.items()
+                                            if k in ("kernelspec", "language_info")})
+    for step, out in zip(steps, outputs, strict=True):
+        if step.kind == "markdown":
+            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
+            continue
+        if step.kind == "written":
+            nb.cells.append(nbformat.v4.new_markdown_cell(safe_markdown(step.source),
+                                                          metadata=step.metadata))
+            if (cell := _rubric_cell(step)) is not None:
+                nb.cells.append(cell)
+            continue
+        source = public_source(step.source) if step.kind == "test" else step.source
+        cell = nbformat.v4.new_code_cell(source, metadata=step.metadata)
+        for stream in ("stdout", "stderr"):
+            if out.get(stream):
+                cell.outputs.append(nbformat.v4.new_output("stream", name=stream,
+                                                           text=out[stream]))
+        for image in filter(None, map(png, out.get("figures", []))):
+            cell.outputs.append(nbformat.v4.new_output("display_data",
+                                                       data={"image/png": image}))
+        if out.get("error"):
+            ename, evalue = out["error"]
+            cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                                       traceback=[f"{ename}: {evalue}"]))
+        nb.cells.append(cell)
+        if step.points and step.kind == "code" and (rc := _rubric_cell(step)) is not None:
+            nb.cells.append(rc)
+    return nbformat.writes(nb)

@@ -1,0 +1,132 @@
+"""A TA's loop with written answers (nbgrader's manually graded answers): the student's own
+words reach the graded copy (never the instructor's model answer), grades.csv says what is
+still to grade, a manual score entered in formgrader comes back into grades.csv and the
+feedback, and regrades keep it while the answer is unchanged."""
+
+import json
+import shutil
+
+import pytest
+
+from autograder.authoring.course import COURSE, source_notebook
+from autograder.authoring.release import release
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade, read_grades
+from autograder.scoring.handgrading import sync
+
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()),
+                                reason=f"needs bubblewrap: {sandbox_problem()}")
+
+A = "01_language_models"
+LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
+MODEL = "The unigram model ignores context entirely: MODEL-ANSWER-7f3a."
+RUBRIC = [{"criterion": "names what the unigram model ignores", "points": 1},
+          {"criterion": "ties it to the measured perplexity", "points": 1}]
+QUESTION = {"cell_type": "markdown", "source": MODEL, "metadata": {
+    "nbgrader": {"grade": True, "solution": True, "locked": False, "points": 2,
+                 "grade_id": "explain_unigram", "schema_version": 3},
+    "autograder": {"rubric": RUBRIC}}}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """The course with a written question added to assignment 01, and its release."""
+    course = tmp_path_factory.mktemp("written") / "assignments"
+    shutil.copytree(COURSE, course, ignore=shutil.ignore_patterns("release", "gradebook.db"))
+    path = source_notebook(A, course)
+    nb = json.loads(path.read_text())
+    nb["cells"].insert(-1, QUESTION)
+    path.write_text(json.dumps(nb, indent=1))
+    released = json.loads((release(A, course.parent / "release", course) / f"{A}.ipynb")
+                          .read_text())
+    return course, released
+
+
+def _answer(released: dict, text: str | None, solution: dict) -> dict:
+    """The solution's code, with the written question answered ``text`` (None: untouched)."""
+    nb = json.loads(json.dumps(solution))
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "explain_unigram":
+            cell["source"] = next(c["source"] for c in released["cells"] if c["metadata"].get(
+                "nbgrader", {}).get("grade_id") == "explain_unigram") if text is None else text
+    return nb
+
+
+def _write(folder, student, nb):
+    (folder / student).mkdir(parents=True, exist_ok=True)
+    (folder / student / f"{A}.ipynb").write_text(json.dumps(nb))
+
+
+def _grade(course, subs, out, **kw):
+    return {r["student_id"]: r for r in grade(A, subs, out, course, limits=LIMITS, workers=2,
+                                              log=kw.pop("log", lambda *a: None), **kw)}
+
+
+def _give(out, student, score, comment):
+    """What a TA does in formgrader: a manual score and a comment for the written answer."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
+        gb.find_grade("explain_unigram", A, A, student).manual_score = score
+        gb.find_grade("explain_unigram", A, A, student).needs_manual_grade = False
+        gb.find_comment("explain_unigram", A, A, student).manual_comment = comment
+        gb.db.commit()
+
+
+def test_the_written_answer_loop(course, tmp_path):
+    course, released = course
+    solution = json.loads(source_notebook(A, course).read_text())
+    subs = tmp_path / "subs"
+    words = "It ignores context <script>alert(1)</script>, so its perplexity is high."
+    _write(subs, "answered", _answer(released, words, solution))
+    _write(subs, "blank", _answer(released, None, solution))
+    out = tmp_path / "out"
+    rows = _grade(course, subs, out)
+    auto = rows["answered"]["auto_score"]
+    assert auto == rows["answered"]["max_score"] - 2
+    answered, blank = rows["answered"], rows["blank"]
+    assert (answered["status"], answered["score"], answered["needs_manual"]) == \
+        ("needs manual grading", "", 1)
+    assert (blank["status"], blank["score"], blank["needs_manual"]) == ("graded", auto, 0)
+
+    # the student's words, escaped, are in the graded copy; the model answer is nowhere
+    graded = (out / "course" / "autograded" / "answered" / A / f"{A}.ipynb").read_text()
+    assert "It ignores context &lt;script>alert(1)&lt;/script>, so its perplexity" in graded
+    assert "names what the unigram model ignores" in graded  # the rubric, for the grader
+    for path in [*(out / "course" / "autograded").rglob("*.ipynb"),
+                 *(out / "feedback").rglob("*.*")]:
+        assert "MODEL-ANSWER-7f3a" not in path.read_text(), path
+    feedback = json.loads((out / "feedback" / "blank" / "feedback.json").read_text())
+    assert feedback["manual"][0]["comment"] == "No response."
+
+    # a TA grades it in formgrader; sync brings it into grades.csv and the feedback
+    _give(out, "answered", 1.5, "Right idea; say what you measured.")
+    row = {r["student_id"]: r for r in sync(out, None, log=lambda *a: None)}["answered"]
+    assert (row["status"], row["score"], row["manual_score"], row["needs_manual"]) == \
+        ("graded", auto + 1.5, 1.5, 0)
+    html = (out / "feedback" / "answered" / "feedback.html").read_text()
+    assert "1.5 / 2" in html and "say what you measured" in html
+    assert "ties it to the measured perplexity (1)" in html
+
+    # a regrade of that student keeps the manual grade while the answer is the same...
+    said = []
+    row = _grade(course, subs, out, only=["answered"], log=said.append)["answered"]
+    assert row["score"] == auto + 1.5, row
+    assert any("kept the manual grade of explain_unigram" in line for line in said), said
+    # ... and a changed answer needs grading again
+    _write(subs, "answered", _answer(released, words + " Also: sparse counts.", solution))
+    said.clear()
+    row = _grade(course, subs, out, only=["answered"], log=said.append)["answered"]
+    assert (row["status"], row["score"], row["needs_manual"]) == ("needs manual grading", "", 1)
+    assert any("manual grade of explain_unigram was invalidated (the answer changed)" in line
+               for line in said), said
+    assert read_grades(out / "grades.csv")[1]["score"] == str(auto)  # the blank one, as it was
+
+    # nbgrader's own feedback, from the graded course, holds no model answer either
+    from autograder.authoring.course import nbgrader
+
+    done = nbgrader("generate_feedback", A, "--force", cwd=out / "course", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    produced = list((out / "course" / "feedback").rglob("*.html"))
+    assert produced and all("MODEL-ANSWER-7f3a" not in p.read_text() for p in produced)
+    assert any("Also: sparse counts" in p.read_text() for p in produced)
