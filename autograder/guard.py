@@ -286,10 +286,11 @@ class _Sentinel:
                         and _torch_path(args[0].co_filename, torch_dir) \
                         and not inside_torch_import():
                     reason = "running torch's own code outside its imports"
-                if reason:
-                    error = PermissionError if event == "open" else RuntimeError
-                    raise error(f"{reason} is not possible while this assignment is graded "
-                                "(its answers may not use torch's attention)")
+                if reason:  # an OSError, as libraries expect of what the system refuses
+                    # (matplotlib's font search starting fc-list goes on without it)
+                    raise PermissionError(f"{reason} is not possible while this assignment "
+                                          "is graded (its answers may not use torch's "
+                                          "attention)")
             finally:
                 busy.discard(me)
 

@@ -21,7 +21,7 @@ from ..authoring.release import has_visible_code, hidden_lines
 from ..intake.normalize import Step
 from ..isolation.remote import TEST_MODULE, ProtocolError, SandboxGone, Session
 from ..isolation.runner import seed_all
-from .results import Result, Status, TestResult, manual_answers, test_result
+from .results import Result, Status, TestResult, clip, manual_answers, test_result
 
 KEPT_TYPES = (types.FunctionType, type, types.ModuleType)
 MAX_OUTPUT = 10_000  # characters of one cell's output kept in the graded copy
@@ -161,7 +161,7 @@ class Grading:
         self.tests.sort(key=lambda t: order[t["test"]])
         if stop:
             self.problems.insert(0, stop)
-        return {"status": self.status, "message": " ".join(self.problems)[:1000],
+        return {"status": self.status, "message": clip(" ".join(self.problems), 1000),
                 "tests": self.tests, "manual": manual_answers(self.steps),
                 "outputs": self.outputs}
 
@@ -207,7 +207,8 @@ class Grading:
                            "stderr": self._kept(str(reply.get("stderr", ""))),
                            "figures": self._figures(reply.get("figures"))}
         if not reply.get("ok", False):
-            ename, evalue = str(reply.get("ename", "Error")), str(reply.get("evalue", ""))[:500]
+            ename = str(reply.get("ename", "Error"))
+            evalue = clip(str(reply.get("evalue", "")), 500)
             self.outputs[i]["error"] = (ename, evalue)
             if ename == "CellTimeout":
                 self.status = Status.TIMEOUT
@@ -218,7 +219,7 @@ class Grading:
                                      "stopped there, the rest ran.")
             else:
                 self.problems.append(f"cell {i + 1} ({step.grade_id or 'your code'}) raised "
-                                     f"{ename}: {evalue[:200]}.")
+                                     f"{ename}: {clip(evalue, 200)}.")
 
     def _test(self, session: Session, i: int, step: Step, seconds: float) -> None:
         session.begin_test_cell(seconds)
@@ -237,7 +238,7 @@ class Grading:
                                                         f"{_message(exc)}")
         _seed(i)
         out = io.StringIO()
-        passed, message, in_hidden = False, "", False
+        passed, message, in_hidden, failure = False, "", False, ""
         filename, hidden = f"<test {step.grade_id}>", hidden_lines(step.source)
         try:
             if unsendable is not None:
@@ -248,7 +249,7 @@ class Grading:
         except (SandboxGone, ProtocolError):
             raise
         except Exception as exc:
-            message = _message(exc)
+            message, failure = _message(exc), type(exc).__name__
             if isinstance(exc, NameError):
                 message += name_hint(exc, filename)
             in_hidden = _failed_in_hidden(exc, filename, hidden)
@@ -268,6 +269,6 @@ class Grading:
         self.tests.append(test_result(step.grade_id, step.points, passed, message, step.source,
                                       hidden_failed=in_hidden))
         self.outputs[i] = {"stdout": self._kept(out.getvalue())}
-        if message:
-            self.outputs[i]["error"] = (message.split(":")[0], message)
+        if message:  # shown as "<type>: <message>", the reason said once
+            self.outputs[i]["error"] = (failure, message)
 

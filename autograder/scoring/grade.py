@@ -49,7 +49,7 @@ from ..isolation.sandbox import (
 from . import gradebook, similarity
 from .feedback import write_feedback
 from .handgrading import apply, cells_of, sync, totals
-from .results import Result, Status
+from .results import Result, Status, clip
 from .spreadsheet import write_csv
 from .workers import Failure, run_jobs
 
@@ -166,8 +166,8 @@ def _lost(tests: list[dict]) -> str:
     if not failed:
         return ""
     lost = sum(t["max_points"] - t["points"] for t in failed)
-    reasons = "; ".join(f"{t['test']}: {t['message'] or 'failed'}"[:200] for t in failed)
-    return f"Lost {lost:g} point(s): {reasons}"[:1500]
+    reasons = "; ".join(clip(f"{t['test']}: {t['message'] or 'failed'}", 200) for t in failed)
+    return clip(f"Lost {lost:g} point(s): {reasons}", 1500)
 
 
 class _Run:
@@ -228,7 +228,7 @@ class _Run:
             self.pending = [p for p in self.pending if p[1] != student]
             row = self.rows[student] = self.row(sub, student, status=Status.ERROR, message=(
                 f"grading failed while recording this submission ({type(err).__name__}: "
-                f"{str(err)[:200]}); this is not the student's doing, please report"))
+                f"{clip(str(err), 200)}); this is not the student's doing, please report"))
             with contextlib.suppress(Exception):
                 write_feedback(self.out / "feedback" / student, row, [])
         write_grades(self.out / "grades.csv", self.all_rows())
@@ -270,7 +270,7 @@ class _Run:
             row = self.rows[student]
             row.update(status=Status.ERROR, message=(
                 f"{row['message']} (not recorded in the gradebook: {type(err).__name__}: "
-                f"{str(err)[:200]}; please report)").strip())
+                f"{clip(str(err), 200)}; please report)").strip())
             result = next(r for _, s, _, r, _, _ in pending if s == student)
             write_feedback(self.out / "feedback" / student, row, result["tests"],
                            result["manual"])

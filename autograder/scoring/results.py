@@ -96,13 +96,23 @@ def manual_answers(steps) -> list[ManualAnswer]:
     return found
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, cut between words (with "…"), never inside
+    one: messages go to students."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
 def test_result(test: str, max_points: float, passed: bool, message: str, source: str,
                 hidden_failed: bool = False) -> TestResult:
     """The result of the test cell ``test`` (its master ``source``): all points or none."""
     from ..authoring.release import has_visible_code, hidden_lines
 
     return {"test": test, "points": max_points if passed else 0.0, "max_points": max_points,
-            "passed": passed, "message": message[:1000], "hidden_failed": hidden_failed,
+            "passed": passed, "message": clip(message, 1000), "hidden_failed": hidden_failed,
             "visibility": "visible" if has_visible_code(source) else "hidden",
             "has_hidden": bool(hidden_lines(source))}
 
