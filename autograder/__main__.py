@@ -75,7 +75,7 @@ def release_command(args) -> int:
 def publish_command(args) -> int:
     from .authoring.publish import publish
 
-    path = publish(args.out, args.repo, args.branch, args.course)
+    path = publish(args.out, args.repo, args.branch, args.course, names=args.assignments)
     print(f"student edition written to {path}: commit and push it as its own repository")
     return 0
 
@@ -84,7 +84,7 @@ def grade_command(args) -> int:
     from .intake.late import load_policy
     from .scoring.grade import grade, parse_shard
 
-    policy = load_policy(args.late_policy or args.course / "late_policy.toml")
+    policy = load_policy(args.late_policy or args.course / "late_policy.toml", args.extensions)
     rows = grade(check_assignment(args.assignment, args.course), args.submissions, args.out,
                  args.course, limits=_limits(args), workers=args.workers,
                  unsafe=args.unsafe_no_sandbox, policy=policy, timestamps=args.timestamps,
@@ -98,7 +98,8 @@ def sync_command(args) -> int:
     from .intake.late import load_policy
     from .scoring.handgrading import sync
 
-    sync(args.out, load_policy(args.late_policy or args.course / "late_policy.toml"))
+    sync(args.out, load_policy(args.late_policy or args.course / "late_policy.toml",
+                               args.extensions))
     return 0
 
 
@@ -174,6 +175,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", help="the edition's GitHub address, for the Colab badges and setup "
                                   "cells (default: [tool.seqlab.colab] of pyproject.toml)")
     p.add_argument("--branch", help="its branch (default: the one in pyproject.toml)")
+    p.add_argument("--assignments", nargs="+", metavar="NAME",
+                   help="the assignments released so far (default: the released list of "
+                        "<course>/course.toml, else every assignment)")
 
     p = command("grade", grade_command, "autograde a folder or LMS zip of submissions")
     p.add_argument("assignment")
@@ -186,6 +190,9 @@ def parser() -> argparse.ArgumentParser:
     _limit_flags(p)
     p.add_argument("--late-policy", type=Path, default=None,
                    help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
+    p.add_argument("--extensions", type=Path, default=None,
+                   help="CSV (student_id, due[, assignment]): per-student due dates (default: "
+                        "extensions.csv beside the late policy)")
     p.add_argument("--timestamps", type=Path, default=None,
                    help="CSV (student_id, timestamp) from the LMS: trusted submission times")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -202,6 +209,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="the --out folder of a grade run")
     p.add_argument("--late-policy", type=Path, default=None,
                    help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
+    p.add_argument("--extensions", type=Path, default=None,
+                   help="CSV (student_id, due[, assignment]): per-student due dates")
 
     p = command("merge", merge_command, "join the outputs of sharded grade runs")
     p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")

@@ -154,3 +154,25 @@ def test_grading_twice_in_one_process_with_other_limits(tmp_path):
         rows = grade(B, subs.parent, tmp_path / f"out{run}", log=lambda *a: None,
                      limits=Limits(timeout_cell=30, timeout_notebook=150, memory_mb=memory_mb))
         assert [(r["status"], r["score"]) for r in rows] == [("graded", 11.0)], rows
+
+
+def test_a_students_extension_moves_only_their_deadline(tmp_path):
+    from datetime import UTC, datetime
+
+    (tmp_path / "late_policy.toml").write_text(f'[due]\n"{A}" = "2026-11-01T12:00:00Z"\n\n'
+                                               "[penalty]\nper_day = 0.25\nmax_days = 2\n")
+    (tmp_path / "extensions.csv").write_text("student_id,due,assignment\n"
+                                             "s1,2026-11-04T12:00:00Z,\n"
+                                             f"s2,2026-11-02T12:00:00Z,{A}\n"
+                                             "s3,2026-11-09T12:00:00Z,02_rnn_backprop\n")
+    policy = load_policy(tmp_path / "late_policy.toml")  # extensions.csv beside it
+    when = datetime(2026, 11, 2, 11, 0, tzinfo=UTC)  # a day late for everyone else
+    assert policy.penalty(A, when, 10, 20, "s1") == (0.0, "")
+    assert policy.penalty(A, when, 10, 20, "s2") == (0.0, "")
+    off, said = policy.penalty(A, when, 10, 20, "s3")  # extended for another assignment only
+    assert off == 5 and "after the deadline" in said
+    off, said = policy.penalty(A, datetime(2026, 11, 5, 11, 0, tzinfo=UTC), 10, 20, "s1")
+    assert off == 5 and "after your extended deadline" in said
+    (tmp_path / "bad.csv").write_text("who,when\nx,y\n")
+    with pytest.raises(ValueError, match="student_id, due"):
+        load_policy(tmp_path / "late_policy.toml", tmp_path / "bad.csv")

@@ -77,7 +77,8 @@ def colab_venv(tmp_path_factory):
 def edition_venv(tmp_path_factory):
     """A second fresh venv, and the student edition it installs in place of its repository."""
     folder = tmp_path_factory.mktemp("colab-edition")
-    return fresh_venv(folder), publish(folder / "edition")
+    return fresh_venv(folder), publish(folder / "edition", "https://github.com/example/course",
+                                       log=lambda *a: None)
 
 
 def _run_like_colab(venv: Path, notebook: Path, checkout: Path, tmp_path: Path) -> dict:

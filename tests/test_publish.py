@@ -247,3 +247,26 @@ def _small_course(tmp_path: Path) -> tuple[Path, Path]:
     shutil.copy(COURSE / "nbgrader_config.py", course)
     shutil.copytree(COURSE / "source" / "07_bleu", course / "source" / "07_bleu")
     return root, course
+
+
+def test_only_the_assignments_released_so_far_and_never_the_placeholder_address(tmp_path):
+    """An instructor publishes week by week: the edition holds the assignments named (or the
+    course's released list), says what it writes, and will not point every Colab badge at
+    the address the course ships with."""
+    root, course = _small_course(tmp_path)
+    shutil.copytree(COURSE / "source" / "01_language_models",
+                    course / "source" / "01_language_models")
+    said = []
+    out = publish(tmp_path / "week1", REPO, BRANCH, course, root, names=["07_bleu"],
+                  log=said.append)
+    assert sorted(p.name for p in (out / "assignments").iterdir()) == ["07_bleu"]
+    assert any("assignment 07_bleu: released" in line for line in said), said
+    assert any("scanning every file" in line for line in said), said
+    (course / "course.toml").write_text('released = ["01_language_models"]\n')
+    out = publish(tmp_path / "week2", REPO, BRANCH, course, root, log=lambda *a: None)
+    assert sorted(p.name for p in (out / "assignments").iterdir()) == ["01_language_models"]
+    with pytest.raises(ValueError, match="unknown assignment"):
+        publish(tmp_path / "x", REPO, BRANCH, course, root, names=["99_nothing"])
+    with pytest.raises(ValueError, match="placeholder address"):
+        publish(tmp_path / "y", None, BRANCH, course, root)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -122,6 +122,15 @@ def test_the_written_answer_loop(course, tmp_path):
                for line in said), said
     assert read_grades(out / "grades.csv")[1]["score"] == str(auto)  # the blank one, as it was
 
+    # the hidden tests are fixed: a resumed run regrades everyone graded with the old ones,
+    # says so, and the manual grades stay where the answers are the same
+    path = source_notebook(A, course)
+    path.write_text(path.read_text().replace("ten equally likely digits", "ten digits"))
+    said.clear()
+    rows = _grade(course, subs, out, log=said.append)
+    assert any("tests changed since 2 student(s) were graded" in line for line in said), said
+    assert len({r["tests_version"] for r in read_grades(out / "grades.csv")}) == 1
+
     # nbgrader's own feedback, from the graded course, holds no model answer either
     from autograder.authoring.course import nbgrader
 

@@ -326,15 +326,19 @@ again from its badge on Colab.
 """
 
 
-def _build(build: Path, course: Path, root: Path, repo: str, branch: str) -> None:
-    names = assignments(course)
+def _build(build: Path, course: Path, root: Path, repo: str, branch: str, names: list[str],
+           log=print) -> None:
     with ThreadPoolExecutor(max_workers=min(4, len(names) or 1)) as pool:
         jobs = [pool.submit(_assignment, name, build, course, repo, branch) for name in names]
         _lectures(build, root, repo, branch)
+        log(f"  lectures: {len(list((build / 'notebooks').glob('*.ipynb')))} notebooks, their "
+            f"Colab badges pointing at {repo} ({branch})")
         shutil.copytree(root / "lib" / "seqlab", build / "lib" / "seqlab",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for job in jobs:
+        log("  the library: lib/seqlab")
+        for name, job in zip(names, jobs):
             job.result()
+            log(f"  assignment {name}: released (no solution, no hidden test)")
     (build / "autograder").mkdir()
     (build / "autograder" / "__init__.py").write_text(AUTOGRADER_INIT)
     for path in CHECKS:
@@ -387,32 +391,62 @@ def _place(build: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def released(course: Path = COURSE, chosen: list[str] | None = None) -> list[str]:
+    """The assignments the edition holds: ``chosen``, else the ``released`` list of
+    ``course/course.toml``, else every assignment; ValueError naming an unknown one."""
+    known = assignments(course)
+    if chosen is None and (course / "course.toml").exists():
+        import tomllib
+
+        chosen = tomllib.loads((course / "course.toml").read_text()).get("released")
+        if not isinstance(chosen, list) or not all(isinstance(n, str) for n in chosen):
+            raise ValueError(f"{course / 'course.toml'}: released must be a list of assignment "
+                             f"names, got {chosen!r}")
+    if chosen is None:
+        return known
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        raise ValueError(f"unknown assignment(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(known)}")
+    return [n for n in known if n in chosen]
+
+
 def publish(out: Path, repo: str | None = None, branch: str | None = None,
-            course: Path = COURSE, root: Path = ROOT) -> Path:
-    """Build the student edition into ``out`` (see the module docstring); return ``out``.
+            course: Path = COURSE, root: Path = ROOT, names: list[str] | None = None,
+            log=print) -> Path:
+    """Build the student edition into ``out`` (see the module docstring) with the assignments
+    ``names`` (default: ``released``); return ``out``.
 
     Raises ``EditionLeak`` (and writes nothing) if any file would hold solution or hidden-test
-    text, ``ValueError`` for a bad address or an ``out`` it must not replace.
+    text, ``ValueError`` for a bad address (the course's placeholder one included: the
+    edition's badges must lead students somewhere), or an ``out`` it must not replace.
     """
-    from seqlab.course import colab_address, github_repository
+    from seqlab.course import PLACEHOLDER_REPOSITORY, colab_address, github_repository
 
     saved_repo, saved_branch = colab_address(root / "pyproject.toml")
     repo, branch = (repo or saved_repo).rstrip("/"), branch or saved_branch
+    if repo == PLACEHOLDER_REPOSITORY:
+        raise ValueError(f"the edition's Colab badges and setup cells would point at the "
+                         f"placeholder address {repo}; pass --repo with the edition's GitHub "
+                         "address, or set it once for the course: python -m seqlab.course "
+                         "colab --repo URL")
     github_repository(repo)
+    names = released(Path(course), names)
     if not re.fullmatch(r"[\w./-]+", branch):
         raise ValueError(f"branch must be a plain branch name, got {branch!r}")
     out = Path(out).resolve()
     _check_target(out, Path(root), Path(course))
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}-new-", dir=out.parent))
+    log(f"building the student edition for {out}: {len(names)} assignment(s)")
     try:
-        _build(build, Path(course), Path(root), repo, branch)
-        names = assignments(course)
+        _build(build, Path(course), Path(root), repo, branch, names, log)
         stray = sorted(p.relative_to(build).as_posix() for p in build.rglob("*")
                        if p.is_file() and not allowed(p.relative_to(build).as_posix(), names))
         if stray:
             raise EditionLeak(f"the student edition would contain {len(stray)} file(s) that do "
                               f"not belong in it, e.g. {stray[0]}; nothing was written")
+        log("  scanning every file for solution or hidden-test lines")
         found = edition_leaks(build, course, root)
         if found:
             where, line, what = found[0]

@@ -141,6 +141,22 @@ def master_step(cell: dict) -> Step:
     return Step("given", cell["source"], cell["metadata"], gid)
 
 
+def fingerprint(master: dict) -> str:
+    """A short digest of everything in the master that decides a grade: its given and test
+    cells (hidden tests included), answer cells' places and points, written questions' points
+    and rubrics. A row graded under another fingerprint was graded by other tests."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for step in map(master_step, master["cells"]):
+        if step.kind == "markdown":
+            continue
+        source = step.source if step.kind in ("given", "test") else ""
+        digest.update(json.dumps([step.kind, step.grade_id, source, step.points,
+                                  step.metadata.get("autograder", {})]).encode())
+    return digest.hexdigest()[:12]
+
+
 def plan(master: dict, student: dict) -> list[Step]:
     """The cells to run, in the order of the student's notebook, as nbgrader's autograde runs it.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from ..authoring.course import COURSE, check_assignment, generate, source_notebook, working_course
 from ..intake.late import LatePolicy, load_timestamps
 from ..intake.normalize import (
+    fingerprint,
     given_imports,
     manual,
     master_step,
@@ -55,7 +56,7 @@ from .workers import Failure, run_jobs
 
 WORKER_NICENESS = 5
 COLUMNS = ("student_id", "name", "assignment", "score", "max_score", "auto_score",
-           "manual_score", "needs_manual", "status", "message", "flags")
+           "manual_score", "needs_manual", "status", "message", "flags", "tests_version")
 
 class _Worker:
     """A grading worker's sandboxes: each submission gets a sandbox of its own, never used for
@@ -188,12 +189,13 @@ class _Run:
         self.export_order: list[str] = []
         self.rows: dict[str, dict] = {}
         self.pending: list[tuple] = []  # graded, not yet in the nbgrader course
+        self.version = ""  # the master's tests these rows were graded with (``fingerprint``)
 
     def row(self, sub, student: str, **fields) -> dict:
         return {"student_id": student, "name": sub.name, "assignment": self.assignment,
                 "score": 0.0, "max_score": self.max_score, "auto_score": 0.0,
                 "manual_score": 0.0, "needs_manual": 0, "status": Status.GRADED,
-                "message": sub.note, **fields}
+                "message": sub.note, "tests_version": self.version, **fields}
 
     def all_rows(self) -> list[dict]:
         """Earlier rows in their order (regraded ones replaced), then new students in the
@@ -215,7 +217,7 @@ class _Run:
                 cells = cells_of(result)
                 when = self.timestamps.get(student, sub.timestamp)
                 off, late = self.policy.penalty(self.assignment, when, totals(cells)[3],
-                                                self.max_score)
+                                                self.max_score, student)
                 parts.update(result=result["message"], late=late, lost=_lost(tests))
                 row.update(status=result["status"],
                            message=" ".join(m for m in parts.values() if m))
@@ -378,10 +380,18 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
                load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
     _write_manifest(out, assignment, subs, mine, settings.shard)
+    version = run.version = fingerprint(master)
+    stale = sorted(s.student_id for s in mine if s.student_id in run.previous and
+                   run.previous[s.student_id].get("tests_version", "") != version)
     if settings.only:
         todo = [s for s in mine if s.student_id in settings.only]
     else:
-        todo = [s for s in mine if settings.regrade or s.student_id not in run.previous]
+        todo = [s for s in mine if settings.regrade or s.student_id not in run.previous
+                or s.student_id in stale]
+        if stale and not settings.regrade:
+            log(f"the assignment's tests changed since {len(stale)} student(s) were graded "
+                f"in {out} (tests version {version}): grading them again: "
+                f"{', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
     sandbox = Sandbox(support_folder(out, isolation), settings.limits, isolation,
                       withhold=withheld(master), refuse_attention=refuses_attention(master),
                       preload=given_imports(master))

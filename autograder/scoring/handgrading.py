@@ -74,7 +74,7 @@ def sync(out: Path, policy, log=print) -> list[dict]:
         _, _, _, total = totals(cells)
         if policy is not None:
             off, late = policy.penalty(assignment, entry["timestamp"], total,
-                                       float(row["max_score"]))
+                                       float(row["max_score"]), row["student_id"])
         else:  # as recorded (merge: the shards applied the policy)
             off, late = min(entry["penalty"], total), saved.get("parts", {}).get("late", "")
         parts = saved.get("parts")

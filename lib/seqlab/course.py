@@ -76,6 +76,10 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
 
 
 # ---------------------------------------------------------------------- Colab
+PLACEHOLDER_REPOSITORY = "https://github.com/seqlab-course/seqlab"
+"""The address the course ships with: badges work once the course sets its own."""
+
+
 def colab_address(pyproject: Path | str = "pyproject.toml") -> tuple[str, str]:
     """(repository URL, branch) from ``[tool.seqlab.colab]`` of the course's pyproject.toml."""
     import tomllib
