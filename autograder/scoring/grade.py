@@ -83,7 +83,10 @@ class _Worker:
         cls.sandbox = Sandbox(Path(support), limits, isolation, write=False, withhold=withhold,
                               refuse_attention=refuse_attention, preload=preload)
         cls.sandbox.template_name = template_name(run, index)
-        cls.ahead = cls.start()
+        try:  # ahead of need; on a crowded machine the first submission starts it again
+            cls.ahead = cls.start()
+        except Exception:
+            cls.ahead = None
 
     @classmethod
     def start(cls):
@@ -386,8 +389,9 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     if settings.only:
         todo = [s for s in mine if s.student_id in settings.only]
     else:
+        failed = {r["student_id"] for r in run.previous.values() if r["status"] == Status.ERROR}
         todo = [s for s in mine if settings.regrade or s.student_id not in run.previous
-                or s.student_id in stale]
+                or s.student_id in stale or s.student_id in failed]
         if stale and not settings.regrade:
             log(f"the assignment's tests changed since {len(stale)} student(s) were graded "
                 f"in {out} (tests version {version}): grading them again: "
@@ -399,7 +403,8 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
         f"{sandbox.limits_in_force}; {sandbox.starts}")
     if not settings.only and len(todo) < len(mine):
         log(f"{len(mine) - len(todo)} student(s) already graded in {out} are kept "
-            "(--regrade grades them again, --only ID... regrades chosen students)")
+            "(--regrade grades them again, --only ID... regrades chosen students; rows the "
+            "grader failed on, status error, are graded again)")
     try:
         _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
     except BaseException:  # interrupted: the rows written still get their gradebook copy
