@@ -110,6 +110,22 @@ def jupyter_json(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+HABITS = """import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from tqdm.auto import tqdm
+
+table = pd.DataFrame({"n": np.arange(1, 6), "perplexity": [9.1, 7.4, 6.8, 6.5, 6.4]})
+for _ in tqdm(range(3), desc="trying"):
+    pass
+sns.lineplot(data=table, x="n", y="perplexity")
+plt.title("my perplexity by order")
+plt.show()
+print(table.describe().loc["mean", "perplexity"])
+"""
+
+
 def colab(released: dict, keep_nbgrader: bool = True) -> str:
     """Colab's File > Download .ipynb: nbformat 4.0 (no cell ids; Colab keeps its own id in each
     cell's metadata), its notebook metadata and widget state, two-space indent, top-level keys
@@ -126,6 +142,7 @@ def colab(released: dict, keep_nbgrader: bool = True) -> str:
             "application/vnd.jupyter.widget-view+json": {
                 "model_id": WIDGET, "version_major": 2, "version_minor": 0}}}]))
     extra = ["!pip install -q a-package-no-index-has\n%pip install -q another-one",
+             HABITS,  # plots, a table, a progress bar: what students add everywhere
              "from google.colab import drive\ndrive.mount('/content/drive')",
              "from google.colab import files\nimport torch\n"
              "print('device:', 'cuda' if torch.cuda.is_available() else 'cpu')"]
@@ -391,6 +408,10 @@ def test_a_zipped_class(graded, grading, export):
         tests = json.loads((out / "feedback" / student / "feedback.json").read_text())["tests"]
         assert len(tests) == 7 and all(t["passed"] for t in tests), student
     assert "skipped !pip install" in printed(out, "111")
+    assert "7.24" in printed(out, "111")  # the habits cell ran: a table, a plot, tqdm
+    copy = json.loads((out / "course" / "autograded" / "111" / A / f"{A}.ipynb").read_text())
+    assert any("image/png" in o.get("data", {}) for c in copy["cells"]
+               for o in c.get("outputs", [])), "the student's plot is in the graded copy"
     assert "drive.mount skipped" in printed(out, "111")
     assert "skipped %pip install torch" in printed(out, "114")
     feedback = json.loads((out / "feedback" / "456" / "feedback.json").read_text())

@@ -163,10 +163,12 @@ while stack:
         entries = list(os.scandir(folder))
     except OSError:
         continue
+    # inside a package (a folder with __init__.py) only its subpackages lie, found with it
+    package = folder != "/" and any(e.name == "__init__.py" for e in entries)
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                if entry.path in skip:
+                if entry.path in skip or entry.name in (".git", "__pycache__", "node_modules"):
                     continue
                 if entry.name in names:
                     try:
@@ -175,7 +177,8 @@ while stack:
                                 found.append(entry.path)
                     except OSError:
                         pass
-                stack.append(entry.path)
+                if not package:
+                    stack.append(entry.path)
             elif entry.name.lower().endswith(archives) and \
                     entry.name.split("-")[0].lower().replace("_", "-") in names and \
                     os.access(entry.path, os.R_OK):
