@@ -207,7 +207,8 @@ def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), **kwargs):
     checks (``forbidden``), and the grader reads the CPU time of the sandbox's processes from
     the kernel, outside the sandbox, where nothing the student's code does can change it
     (``isolation.cputime``). Where the sandbox's cgroup does not count CPU time, the call must
-    run in the sandbox's own processes: one that starts another cannot be metered, and fails.
+    run in the processes the sandbox had before it: one during which a process of the sandbox
+    started or ended cannot be metered, and fails.
     In a student's own kernel it is this process's CPU time (``time.process_time``), and the
     call runs without ``own_work``'s checks, which would slow it down.
     """
@@ -219,26 +220,31 @@ def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), **kwargs):
                                                attention=False, metered=True)
         if usage.others:
             raise AssertionError(
-                f"the timed call ran while {len(usage.others)} other process(es) of your "
-                "notebook ran, whose CPU time cannot be counted here: compute it in the "
-                "notebook's own process, without starting others")
+                f"{len(usage.others)} other process(es) of your notebook started or ended "
+                "while the call was timed, and their CPU time cannot be counted here: compute "
+                "it in the notebook's own process, without starting others")
         return usage.seconds, value
     start = time.process_time()
     value = fn(*args, **kwargs)
     return time.process_time() - start, value
 
 
+_FASTEST_MADD = [math.inf]  # the fastest multiply-add this process has timed so far
+
+
 def python_madd_seconds(terms: int = 100_000, repeat: int = 5) -> float:
     """CPU seconds of one multiply-add written in plain Python on this machine: the fastest of
-    ``repeat`` dot products of ``terms`` floats held in lists. A unit of cost that grows with
-    the work done, whatever the machine and however busy it is: "a forward pass in plain
-    Python" is the number of multiply-adds of a forward pass times this."""
+    ``repeat`` dot products of ``terms`` floats held in lists, or of any such timing this
+    process made before. A unit of cost that grows with the work done, whatever the machine
+    and however busy it is: "a forward pass in plain Python" is the number of multiply-adds of
+    a forward pass times this. Busy neighbours can slow a CPU's every instruction a little
+    (sharing its caches, or its core as a hyperthread) and so make the unit larger, never
+    smaller: keeping the fastest timing of the process makes that count once at most."""
     if type(terms) is not int or type(repeat) is not int or terms < 1 or repeat < 1:
         raise ValueError(f"terms and repeat must be positive ints, got {terms!r}, {repeat!r}")
     x = [0.5] * terms
-    best = math.inf
     for _ in range(repeat):
         start = time.process_time()
         sum(a * b for a, b in zip(x, x))
-        best = min(best, time.process_time() - start)
-    return best / terms
+        _FASTEST_MADD[0] = min(_FASTEST_MADD[0], (time.process_time() - start) / terms)
+    return _FASTEST_MADD[0]

@@ -14,7 +14,8 @@ the sandbox, where the grader reads it:
   those of its uid, else the process tree the grader started. A process that ends without being
   waited for takes its time with it, so a watcher samples the sandbox's processes while the call
   runs and names every process besides those that were there before it (``others``): the cost
-  of a call that ran one cannot be certified that way.
+  of a call that ran one cannot be certified that way, nor that of a call during which one of
+  the sandbox's processes ended.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ WATCH_SECONDS = 0.005  # between two looks at the sandbox's processes (without e
 @dataclass
 class Usage:
     """What one metered call cost: CPU ``seconds`` of the sandbox's processes; whether the
-    count is the cgroup's own (``exact``); the processes besides the sandbox's own that ran
-    during the call (``others``, pids; always empty when ``exact``)."""
+    count is the cgroup's own (``exact``); the processes whose time it could not count
+    (``others``, pids: any that started or ended during the call; always empty when
+    ``exact``)."""
 
     seconds: float = 0.0
     exact: bool = False
@@ -56,16 +58,22 @@ def _cgroup_seconds(groups: dict[str, Path]) -> float | None:
     return None
 
 
-def process_seconds(pid: int) -> float | None:
-    """User and system CPU seconds of process ``pid``, its threads and the children it waited
-    for (``/proc/PID/stat``); None if it is gone."""
+def _stat(pid: int) -> tuple[float, int] | None:
+    """(User and system CPU seconds of process ``pid``, its threads and the children it waited
+    for; when it started, in clock ticks since boot), or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             text = handle.read()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()  # from field 3 (state) on: comm may hold spaces
-    return sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
+    return sum(int(f) for f in fields[11:15]) / TICK, int(fields[19])  # utime .. cstime, start
+
+
+def process_seconds(pid: int) -> float | None:
+    """User and system CPU seconds of process ``pid`` so far (``_stat``); None if it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[0]
 
 
 def _real_uid(pid: str) -> int | None:
@@ -128,8 +136,8 @@ class Meter:
         if exact is not None:
             self.usage.exact, self.start = True, exact
             return self.usage
-        self.own = self.list()
-        self.start = sum(filter(None, map(process_seconds, self.own)))
+        self.own = {pid: stat for pid in self.list() if (stat := _stat(pid)) is not None}
+        self.start = sum(seconds for seconds, _ in self.own.values())
         self.watcher = threading.Thread(target=self._watch, daemon=True)
         self.watcher.start()
         return self.usage
@@ -138,7 +146,7 @@ class Meter:
         while True:
             began = time.perf_counter()
             try:
-                self.usage.others |= self.list() - self.own
+                self.usage.others |= self.list() - set(self.own)
             except OSError:  # the cgroup is gone: the sandbox ended
                 return
             # a look through all of /proc (by uid) takes a few ms: at most a fifth of a core
@@ -151,6 +159,12 @@ class Meter:
             return
         self.done.set()
         self.watcher.join()
-        with_time = [process_seconds(pid) for pid in self.own]
-        self.usage.seconds = max(0.0, sum(filter(None, with_time)) - self.start)
+        end = 0.0
+        for pid, (_, started) in self.own.items():
+            stat = _stat(pid)
+            if stat is None or stat[1] != started:  # it ended, perhaps taking its time along
+                self.usage.others.add(pid)
+            else:
+                end += stat[0]
+        self.usage.seconds = max(0.0, end - self.start)
 
