@@ -32,7 +32,7 @@ from autograder.testing import rnn_forward, rnn_gradients
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import answers_02  # noqa: E402
 
-SIZES = ((40, 16, 48, 20), (16, 8, 320, 2))  # vocab, D, H, T: as in test_rnn_backward_cost
+SIZES = ((40, 16, 48, 20), (16, 8, 320, 1))  # vocab, D, H, T: as in test_rnn_backward_cost
 LIMIT = 60
 
 
