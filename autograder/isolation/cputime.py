@@ -10,7 +10,8 @@ the sandbox, where the grader reads it:
   ``cpu`` folder has where the two controllers share a hierarchy), that count covers every
   process the sandbox ever ran, exactly (``exact``);
 - otherwise the grader sums each process's user and system time from ``/proc`` (its threads and
-  the children it waited for included) over the sandbox's processes: those in its cgroup, else
+  the children it waited for included; to the nanosecond where no thread ended meanwhile, else
+  to a clock tick) over the sandbox's processes: those in its cgroup, else
   those of its uid, else the process tree the grader started. A process that ends without being
   waited for takes its time with it, so a watcher samples the sandbox's processes while the call
   runs and names every process besides those that were there before it (``others``): the cost
@@ -58,20 +59,29 @@ def _cgroup_seconds(groups: dict[str, Path]) -> float | None:
     return None
 
 
-def _stat(pid: int) -> tuple[float, int] | None:
-    """(User and system CPU seconds of process ``pid``, its threads and the children it waited
-    for; when it started, in clock ticks since boot), or None if it is gone."""
+def _stat(pid: int) -> tuple[float, int, float] | None:
+    """Of process ``pid``: (its user and system CPU seconds, in clock ticks: its threads, ended
+    ones too, and the children it waited for; when it started, in ticks since boot; the CPU
+    seconds of its threads running now, to the nanosecond), or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             text = handle.read()
     except OSError:
         return None
+    fine = 0  # stays 0 where the kernel keeps no schedstat: the ticks count alone
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as handle:
+                fine += int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):  # a thread that ended meanwhile, or no schedstat
+        pass
     fields = text[text.rindex(")") + 2:].split()  # from field 3 (state) on: comm may hold spaces
-    return sum(int(f) for f in fields[11:15]) / TICK, int(fields[19])  # utime .. cstime, start
+    return sum(int(f) for f in fields[11:15]) / TICK, int(fields[19]), fine / 1e9
 
 
 def process_seconds(pid: int) -> float | None:
-    """User and system CPU seconds of process ``pid`` so far (``_stat``); None if it is gone."""
+    """User and system CPU seconds of process ``pid`` so far, in clock ticks (``_stat``);
+    None if it is gone."""
     stat = _stat(pid)
     return None if stat is None else stat[0]
 
@@ -137,7 +147,6 @@ class Meter:
             self.usage.exact, self.start = True, exact
             return self.usage
         self.own = {pid: stat for pid in self.list() if (stat := _stat(pid)) is not None}
-        self.start = sum(seconds for seconds, _ in self.own.values())
         self.watcher = threading.Thread(target=self._watch, daemon=True)
         self.watcher.start()
         return self.usage
@@ -159,12 +168,14 @@ class Meter:
             return
         self.done.set()
         self.watcher.join()
-        end = 0.0
-        for pid, (_, started) in self.own.items():
+        ticks = fine = 0.0
+        for pid, (ticks_before, started, fine_before) in self.own.items():
             stat = _stat(pid)
             if stat is None or stat[1] != started:  # it ended, perhaps taking its time along
                 self.usage.others.add(pid)
             else:
-                end += stat[0]
-        self.usage.seconds = max(0.0, end - self.start)
+                ticks, fine = ticks + stat[0] - ticks_before, fine + stat[2] - fine_before
+        # the threads' own counts are exact but forget a thread that ended; the clock ticks
+        # remember it, to a tick
+        self.usage.seconds = max(0.0, ticks, fine)
 
