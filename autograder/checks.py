@@ -198,26 +198,27 @@ def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwar
         return fn(*args, **kwargs)
 
 
-def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), **kwargs):
+def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwargs):
     """``(seconds, result)``: ``fn(*args, **kwargs)`` and the CPU time it took. CPU time, not
     wall time: other programs running beside it (other students' notebooks, a busy laptop)
     change the wall time, not this.
 
     Graded, ``fn`` is a student's function: it runs in the sandbox, under the rules ``own_work``
-    checks (``forbidden``), and the grader reads the CPU time of the sandbox's processes from
-    the kernel, outside the sandbox, where nothing the student's code does can change it
-    (``isolation.cputime``). Where the sandbox's cgroup does not count CPU time, the call must
-    run in the processes the sandbox had before it: one during which a process of the sandbox
-    started or ended cannot be metered, and fails.
-    In a student's own kernel it is this process's CPU time (``time.process_time``), and the
-    call runs without ``own_work``'s checks, which would slow it down.
+    checks (``forbidden``, ``forbidden_calls``), and the grader reads the CPU time of the
+    sandbox's processes from the kernel, outside the sandbox, where nothing the student's code
+    does can change it (``isolation.cputime``). Where the sandbox's cgroup does not count CPU
+    time, the call must run in the processes the sandbox had before it: one during which a
+    process of the sandbox started or ended cannot be metered, and fails. In a student's own
+    kernel it is this process's CPU time (``time.process_time``), and the call runs without
+    ``own_work``'s checks, which would slow it down.
     """
     if not isinstance(forbidden, (tuple, list)) or not all(isinstance(p, str) for p in forbidden):
         raise TypeError(f"forbidden: expected a tuple of package names, got {forbidden!r}")
+    attention = _attention_rule(forbidden_calls)
     remote = sys.modules.get("autograder.isolation.remote")
     if remote is not None and isinstance(fn, remote.StudentObject):
         value, usage = remote.call_under_rules(fn, args, kwargs, forbidden=tuple(forbidden),
-                                               attention=False, metered=True)
+                                               attention=attention, metered=True)
         if usage.others:
             raise AssertionError(
                 f"{len(usage.others)} other process(es) of your notebook started or ended "

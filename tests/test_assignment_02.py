@@ -22,11 +22,12 @@ import time
 
 import pytest
 from answers_02 import AUTOGRAD, HONEST, IN_A_CHILD, NOT_BACKPROPAGATION
-from test_redteam import feedback, graded, notebook
+from test_redteam import feedback, notebook
 
 from autograder.checks import cpu_seconds, python_madd_seconds
 from autograder.isolation.cputime import Meter, members, process_seconds
-from autograder.isolation.sandbox import sandbox_problem
+from autograder.isolation.sandbox import Limits, sandbox_problem
+from autograder.scoring.grade import grade
 
 A = "02_rnn_backprop"
 POINTS = {"test_rnn_backward_numeric": 1, "test_rnn_backward_random": 1,
@@ -53,14 +54,23 @@ ANSWERS = {  # student: (their rnn_backward, None for the solution's; {cell they
 # the slowest honest answers, and the dishonest ones the limit lets pass at one of the sizes
 BESIDE_SPINNERS = ("solution", "all_loops", "complex_step", "forward_mode_recurrent")
 SPINNERS = 3  # busy processes beside the grader, on a machine of 2 cores
+# The time limits are wall time, which busy processes stretch (on a shared machine, or here by
+# design): generous, so that what decides a row is the cost cell's CPU time alone.
+LIMITS = Limits(timeout_cell=300, timeout_notebook=1200, memory_mb=2048, max_procs=64)
 
 
 def _grade(tmp_path_factory, students):
     if sandbox_problem():
         pytest.skip(f"needs a sandbox: {sandbox_problem()}")
-    return graded(tmp_path_factory.mktemp("class02"), A, {
-        s: notebook(A, **({"rnn_backward": ANSWERS[s][0]} if ANSWERS[s][0] else {}))
-        for s in students})
+    tmp = tmp_path_factory.mktemp("class02")
+    for student in students:
+        answer = ANSWERS[student][0]
+        (tmp / "subs" / student).mkdir(parents=True)
+        (tmp / "subs" / student / f"{A}.ipynb").write_text(
+            json.dumps(notebook(A, **({"rnn_backward": answer} if answer else {}))))
+    rows = grade(A, tmp / "subs", tmp / "out", limits=LIMITS, workers=2, log=lambda *a: None)
+    assert sorted(r["student_id"] for r in rows) == sorted(students)
+    return {r["student_id"]: r for r in rows}, tmp / "out"
 
 
 @pytest.fixture(scope="module")
