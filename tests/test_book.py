@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from autograder.authoring.book import build_book
+from autograder.authoring.book import build_book, check_executed
 from autograder.authoring.publish import ROOT
 from seqlab.course import colab_address, colab_url, lecture_notebooks
 
@@ -33,6 +33,36 @@ LECTURES = lecture_notebooks(ROOT / "notebooks")
 SHOTS = ("index", "notebooks/04_attention", "notebooks/06_decoding")
 # TeX a reader must never see: MathJax typesets every formula of a page.
 RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\\frac\{|\\sum_")
+
+
+def _run_of(source: Path, spoil=None) -> str:
+    """A run of the lecture ``source`` as it is (every cell counted), spoiled by ``spoil(nb,
+    last_code_cell)``."""
+    nb = json.loads(source.read_text())
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    for count, cell in enumerate(code, 1):
+        cell["execution_count"] = count
+    if spoil:
+        spoil(nb, code[-1])
+    return json.dumps(nb)
+
+
+def test_a_run_that_is_missing_stale_failed_or_stopped_is_refused(tmp_path):
+    """Checked before anything is built, with what to run."""
+    source = ROOT / "notebooks" / "07_bleu.ipynb"
+    run = tmp_path / source.name
+    with pytest.raises(ValueError, match="07_bleu.ipynb is missing: run the lectures again"):
+        check_executed(source, run)
+    run.write_text(_run_of(source))
+    check_executed(source, run)
+    error = {"output_type": "error", "ename": "ValueError", "evalue": "", "traceback": []}
+    for message, spoil in [
+            ("cells differ", lambda nb, last: nb["cells"][-1]["source"].append("\nedited")),
+            ("ended in an error", lambda nb, last: last["outputs"].append(error)),
+            ("never ran", lambda nb, last: last.update(execution_count=None))]:
+        run.write_text(_run_of(source, spoil))
+        with pytest.raises(ValueError, match=message):
+            check_executed(source, run)
 
 
 @pytest.fixture(scope="module")

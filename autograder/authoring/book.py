@@ -54,11 +54,10 @@ _BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*$", re.MU
 
 # ---------------------------------------------------------------------------- the lectures
 def _sources(nb: dict) -> list[str]:
-    """What a run must not change: every cell's source but the Colab badge and setup cells
-    (their address may have been rewritten since)."""
-    return ["".join(c["source"]) for c in nb["cells"]
-            if "colab-badge.svg" not in "".join(c["source"])
-            and _SETUP_MARK not in "".join(c["source"])]
+    """What a run must not change: every cell's source but the Colab badge and setup cell
+    (the course's address may have changed since)."""
+    return [_BADGE_LINE.sub("", "".join(c["source"])) for c in nb["cells"]
+            if _SETUP_MARK not in "".join(c["source"])]
 
 
 def check_executed(source: Path, executed: Path) -> None:
@@ -70,8 +69,8 @@ def check_executed(source: Path, executed: Path) -> None:
         raise ValueError(f"executed: {executed} is missing: {again}")
     nb, current = json.loads(executed.read_text()), json.loads(source.read_text())
     if _sources(nb) != _sources(current):
-        raise ValueError(f"executed: {executed} is a run of an older {source.name} (its cells "
-                         f"differ from {source}): {again}")
+        raise ValueError(f"executed: {executed} is not a run of {source} as it is now (their "
+                         f"cells differ): {again}")
     for index, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             continue
