@@ -115,6 +115,7 @@ class Visit:
     def __init__(self, browser, site):
         self.site, self.problems = site, []
         self.context = browser.new_context(viewport=DESKTOP)
+        self.context.set_default_timeout(180_000)  # a shared machine can be very slow; no race
         self.context.route("**/*", self._only_the_book)
         self.page = self.context.new_page()
         self.page.on("console", lambda m: m.type == "error" and self.note(f"console: {m.text}"))
@@ -248,7 +249,7 @@ def _broken(target: str, page: str, anchors: dict[str, set[str]], folder: Path) 
 def test_search_finds_the_lecture(book, site, browser, word, lecture):
     visit = Visit(browser, site)
     visit.open(f"search.html?q={word}")
-    visit.page.wait_for_selector("#search-results ul.search li", timeout=30_000)
+    visit.page.wait_for_selector("#search-results ul.search li")
     hits = visit.page.eval_on_selector_all("#search-results ul.search li a",
                                            "links => links.map(a => a.href)")
     visit.context.close()

@@ -47,7 +47,6 @@ from .publish import (
 from .release import release
 
 BOOK = ROOT / "book"
-BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 _SETUP_MARK = 'if "google.colab" in sys.modules:'
 _BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*$", re.MULTILINE)
 
@@ -82,21 +81,27 @@ def check_executed(source: Path, executed: Path) -> None:
                              f"stopped): {again}")
 
 
-def _lecture_page(executed: Path, target: Path) -> str:
-    """Copy a lecture run to ``target`` with its badge after its title, drawn from the book
-    (Colab's badge image is on Colab's host); return the run's mode."""
+def _badge(repo: str, branch: str, relative: str) -> str:
+    """The Colab badge of the notebook at ``relative``, drawn from the book (Colab's own image
+    is on Colab's host)."""
+    from seqlab.course import colab_url
+
+    return (f"[![Open In Colab](../_static/colab-badge.svg)]"
+            f"({colab_url(repo, branch, relative)})")
+
+
+def _lecture_page(executed: Path, target: Path, repo: str, branch: str) -> str:
+    """Copy a lecture run to ``target``, its Colab badge after its title; return the run's
+    mode."""
     nb = json.loads(executed.read_text())
     for cell in nb["cells"]:
         text = "".join(cell["source"])
-        badge = _BADGE_LINE.search(text)
-        if cell["cell_type"] == "markdown" and badge:
-            rest = (text[:badge.start()] + text[badge.end():]).strip("\n")
+        if cell["cell_type"] == "markdown" and _BADGE_LINE.search(text):
+            rest = _BADGE_LINE.sub("", text).strip("\n")
             title, _, body = rest.partition("\n")
-            if title.startswith("# "):  # the title first, then the badge
-                rest = f"{title}\n\n{badge.group(0).strip()}\n{body}"
-            else:
-                rest = f"{badge.group(0).strip()}\n\n{rest}"
-            cell["source"] = rest.replace(BADGE_IMAGE, "../_static/colab-badge.svg")
+            badge = _badge(repo, branch, f"notebooks/{executed.name}")
+            cell["source"] = (f"{title}\n\n{badge}\n{body}" if title.startswith("# ")
+                              else f"{badge}\n\n{rest}")
             break
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
@@ -119,14 +124,11 @@ def topic_map(root: Path = ROOT) -> list[dict[str, str]]:
 def assignment_page(name: str, released: Path, repo: str, branch: str) -> str:
     """The page of one assignment, from its release: its header (goals, points, rules), the
     Colab badge and the titles of its parts. Code cells are never shown."""
-    from seqlab.course import colab_url
-
     cells = json.loads(released.read_text())["cells"]
     markdown = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     header = markdown[0].strip()
     title, _, body = header.partition("\n")
-    badge = (f"[![Open In Colab](../_static/colab-badge.svg)]"
-             f"({colab_url(repo, branch, f'assignments/{name}/{name}.ipynb')})")
+    badge = _badge(repo, branch, f"assignments/{name}/{name}.ipynb")
     parts = [text.splitlines()[0][3:] for text in markdown[1:] if text.startswith("## ")]
     listed = "\n".join(f"- {part}" for part in parts)
     return f"""{title}
@@ -251,7 +253,7 @@ def _stage(src: Path, executed: Path, course: Path, root: Path, repo: str, branc
         check_executed(source, executed / source.name)
     for source in lectures:
         modes[source.stem] = _lecture_page(executed / source.name,
-                                           src / "notebooks" / source.name)
+                                           src / "notebooks" / source.name, repo, branch)
     names = assignments(course)
     (src / "assignments").mkdir()
     with tempfile.TemporaryDirectory() as tmp, \

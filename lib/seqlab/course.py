@@ -68,7 +68,8 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
         cell.source += "\n" + parameters
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             resources={"metadata": {"path": str(path.parent)}},
-                            extra_arguments=["--ext=seqlab.alt_text"])  # figures' alt text
+                            extra_arguments=["--ext=seqlab.alt_text"],  # figures' alt text
+                            startup_timeout=300)  # a busy shared machine starts kernels slowly
     start = time.perf_counter()
     try:
         client.execute(env=_kernel_environment(path, out_dir, fast, env))
