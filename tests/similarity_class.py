@@ -8,7 +8,12 @@ cell as released. ``paste`` copied each of its answers from the library with lig
 ``share_a``'s answers, renamed and reformatted: flagged both ways. ``adapted`` rewrote library
 code into the form the assignment asks for (a method into a function, strings into tokens),
 which a fingerprint cannot tell from honest work: a less copyable assignment asks for exactly
-that effort, so it is not flagged. Everyone else wrote their own answers: never flagged.
+that effort, so it is not flagged. Everyone else wrote their own answers: never flagged. Among
+them the formula-like cases: ``textbook`` and ``formula`` wrote scaled dot-product attention
+from its formula (05), ``independent_a`` and ``independent_b`` BLEU (07), which the library's
+code contains almost statement for statement. ``light_disguise`` is the mechanical disguise
+that once hid every paste; ``MORE_HONEST`` (below) are honest answers to the other assignments,
+for the benchmark.
 """
 
 import ast

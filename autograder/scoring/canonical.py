@@ -50,20 +50,13 @@ class Block:
 @dataclass
 class Form:
     """Canonical code: ``text`` for k-grams (cut at ``MAX_TOKENS``), ``blocks`` of statement
-    forms, each form's ``weight`` (its tokens) and ``content`` (its tokens no renaming reaches:
-    names of modules, builtins and attributes, and constants). ``parsed``: False when some of
-    the code did not parse and was compared as tokens only."""
+    forms, and each form's ``weight`` (its tokens). ``parsed``: False when some of the code did
+    not parse and was compared as tokens only (it has a text, and no forms)."""
 
     text: str
     blocks: list[Block]
     weight: dict[str, int]
-    content: dict[str, tuple]
     parsed: bool = True
-
-    @property
-    def size(self) -> int:
-        """Tokens of all statement forms, counted as often as they occur."""
-        return sum(self.weight[f] * n for b in self.blocks for f, n in b.forms.items())
 
 
 class Context:
@@ -73,15 +66,14 @@ class Context:
     text (a given function or block as it is, a given statement also renamed)."""
 
     def __init__(self, given: Iterable[str] = ()):
+        trees = [_parse(code)[0] for code in given]
         self.imports: dict[str, str] = {}
+        for tree in trees:
+            self.imports.update(_imports(tree))
         self.statements: set[str] = set()   # ast.dump of every given statement
         self.forms: set[str] = set()        # canonical form of every given simple statement
-        for code in given:
-            tree, _ = _parse(code)
-            self.imports.update(_imports(tree))
-        for code in given:
-            tree, _ = _parse(code)
-            with contextlib.suppress(RecursionError, MemoryError, ValueError):
+        for tree in trees:
+            with contextlib.suppress(Exception):  # given code nothing can walk: none to take out
                 tree, imported = _normalise(tree, self.imports)
                 local = _local(tree, imported)
                 for node in ast.walk(tree):
@@ -89,7 +81,6 @@ class Context:
                         self.statements.add(ast.dump(node))
                         if _simple(node):
                             self.forms.add(_key(node, local))
-
 
     def including(self, imports: dict[str, str]) -> Context:
         """This context with ``imports`` too (a student's own, from their other cells)."""
@@ -119,8 +110,8 @@ def canonical(code: str, context: Context | None = None, limit: int | None = MAX
             tree.body = _cut(tree.body, limit)
         text = "\n".join(map(_unparse, tree.body))
         form = _forms(tree, local)
-    except (RecursionError, MemoryError, ValueError):  # nested beyond what ast can walk
-        form, text, rest = Form("", [], {}, {}, False), "", rest + [code]
+    except Exception:  # nested beyond what ast can walk, or what it cannot print: tokens only
+        form, text, rest = Form("", [], {}, False), "", [code]
     if rest:
         text = (text + "\n" + "\n".join(_token_text(c, limit or MAX_TOKENS) for c in rest)
                 ).strip()
@@ -184,7 +175,7 @@ def _token_text(code: str, limit: int) -> str:
     lines, line, count = [], [], 0
     skip = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
     done = 0  # lines the tokenizer read before it gave up (an unclosed bracket or string)
-    with contextlib.suppress(tokenize.TokenError, IndentationError, SyntaxError):
+    with contextlib.suppress(Exception):  # tokenize gives up: the rest is split by a regex
         for t in tokenize.generate_tokens(io.StringIO(code).readline):
             done = t.end[0]
             if t.type == tokenize.NEWLINE:
@@ -238,6 +229,7 @@ def _cut(body: list[ast.stmt], limit: int) -> list[ast.stmt]:
             continue
         for name in ("body", "orelse", "finalbody"):
             if isinstance(getattr(stmt, name, None), list) and getattr(stmt, name):
+                # half of what is left: room for the header and the other bodies
                 setattr(stmt, name, _cut(getattr(stmt, name), left // 2) or [ast.Pass()])
         if _size(stmt) <= left:
             out.append(stmt)
@@ -252,17 +244,19 @@ def _size(node: ast.AST) -> int:
 
 # ------------------------------------------------------------------------------ normalising
 def _imports(tree: ast.AST) -> dict[str, str]:
-    """Name -> full dotted name of what it was imported as (``np`` -> ``numpy``)."""
+    """Name -> full dotted name of what it was imported as (``np`` -> ``numpy``). A relative
+    import is a package's own code (the library's helpers, which a paste defines itself): its
+    names are the code's own."""
     found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 found[a.asname or a.name.split(".")[0]] = a.name if a.asname else \
                     a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom):
+        elif isinstance(node, ast.ImportFrom) and not node.level:
             for a in node.names:
                 if a.name != "*":
-                    found[a.asname or a.name] = f"{node.module or ''}.{a.name}".lstrip(".")
+                    found[a.asname or a.name] = f"{node.module}.{a.name}"
     return found
 
 
@@ -348,8 +342,10 @@ def _bodies(tree: ast.AST) -> bool:
         for node, name in lists:
             body = getattr(node, name)
             new = _simplified(body, reads, writes, kept)
-            if not new and (name == "body" or name == "finalbody" and not node.handlers):
-                new = [ast.Pass()]  # a body may not be empty
+            if not new and not isinstance(node, ast.Module) and (
+                    name == "body" or name == "finalbody" and not node.handlers):
+                # a body may not be empty (an import dropped, or all of it did nothing)
+                new = body if len(body) == 1 and isinstance(body[0], ast.Pass) else [ast.Pass()]
             if len(new) != len(body) or any(x is not y for x, y in zip(new, body)):
                 setattr(node, name, new)
                 changed = True
@@ -373,8 +369,7 @@ def _scopes(tree: ast.AST) -> list:
                 kept.update(node.names)
             for name in ("body", "orelse", "finalbody"):
                 body = getattr(node, name, None)
-                if isinstance(body, list) and body and isinstance(body[0], ast.stmt) \
-                        and not isinstance(node, ast.Lambda):
+                if isinstance(body, list) and (not body or isinstance(body[0], ast.stmt)):
                     lists.append((node, name))
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -540,7 +535,7 @@ def _local(tree: ast.AST, imported: set[str]) -> set[str]:
 
 def _forms(tree: ast.Module, local: set[str]) -> Form:
     """The statement forms of each block of ``tree`` (``local``: the names numbered)."""
-    form = Form("", [], {}, {})
+    form = Form("", [], {})
     module = Block(MODULE)
     for stmt in tree.body:
         if isinstance(stmt, ast.ClassDef):
@@ -583,6 +578,8 @@ def _add(stmt: ast.stmt, block: Block, local: set, form: Form) -> None:
         for s in stmt.body:
             _add(s, block, local, form)
         return
+    if isinstance(stmt, ast.Pass):
+        return  # what an empty body holds
     if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
         header = None
     else:
@@ -608,10 +605,7 @@ def _record(node: ast.AST, block: Block, local: set, form: Form) -> None:
     """Count ``node``'s form in ``block``."""
     key = _key(node, local)
     if key not in form.weight:
-        tokens = _TOKEN.findall(key)
-        form.weight[key] = len(tokens)
-        form.content[key] = tuple(t for t in tokens if not re.fullmatch(r"v\d+|[^\w'\"]", t)
-                                  and t not in _KEYWORDS)
+        form.weight[key] = len(_TOKEN.findall(key))
     block.forms[key] += 1
 
 
@@ -633,12 +627,6 @@ def _key(node: ast.AST, local: set) -> str:
     finally:
         for n, attr, old in renamed:
             setattr(n, attr, old)
-
-
-_KEYWORDS = frozenset({"if", "else", "for", "in", "while", "return", "and", "or", "not", "is",
-                       "None", "True", "False", "lambda", "raise", "from", "try", "except",
-                       "with", "as", "yield", "del", "assert", "break", "continue", "pass",
-                       "global", "nonlocal", "await", "async"})
 
 
 def _dump(node: ast.AST) -> str:

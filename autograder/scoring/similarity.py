@@ -45,7 +45,7 @@ from . import canonical
 NOISE = 25          # k: the shortest shared run of canonical code that counts, in characters
 THRESHOLD = 0.85    # share of an answer found in one match, by either measure
 MIN_MATCH = 60      # shared tokenized characters (about three lines) to judge an answer at all
-MIN_DISTINCT = 8    # shared tokens beyond what the cell's formula forces (see ``distinct``)
+MIN_DISTINCT = 16   # shared tokens beyond what the cell's formula forces (see ``distinct``)
 ADDED = "(added cells)"  # code cells a student added: compared as one more answer
 COLUMNS = ("student_id", "cell", "match", "similarity")
 SHOWN = 3           # matches of one answer shown side by side in the HTML (all are in the csv)
@@ -283,9 +283,10 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
     """Every reported pair for ``students`` (default: all of ``answers_by_student``): each answer
     against every ``library`` module (name -> source) and, with ``class_pairs``, against every
     other student's answer to the same cell. ``given``: the release's code, subtracted from
-    every answer. ``solutions``: the source solution of each cell (cell -> code), whose tokens
-    are what the cell's formula forces (see ``distinct``). Ordered by student (as given),
-    cell, then similarity (highest first)."""
+    every answer. ``solutions``: the source solution of each cell (cell -> code); its
+    statements that the library has too are what the cell's formula forces (see ``distinct``).
+    ``class_pairs=False`` compares with the library only. Ordered by student (as given), cell,
+    then similarity (highest first)."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     for name, value in (("min_match", min_match), ("min_distinct", min_distinct)):
