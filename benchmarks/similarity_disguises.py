@@ -168,8 +168,8 @@ def augmented(fn):
 
 
 def light(fn):
-    """The issue's light mechanical disguise: docstrings dropped, ``x += y`` written out, a
-    no-op assignment between statements."""
+    """The light mechanical disguise that once hid every paste: docstrings dropped, ``x += y``
+    written out, a no-op assignment after each statement."""
     fn = augmented(no_docstrings(fn))
     for node in ast.walk(fn):
         for name in ("body", "orelse", "finalbody"):
@@ -182,20 +182,20 @@ def light(fn):
     return fn
 
 
-def inline_helpers(fn, helpers):
-    """Calls of the module's one-expression helpers replaced by that expression; a statement
-    calling a helper without a return value replaced by the helper's statements."""
+def inline_calls(fn, callees):
+    """Calls of the module's one-expression functions replaced by that expression; a statement
+    calling a function of the module without a return value replaced by its statements."""
     class Inline(ast.NodeTransformer):
         def visit_Call(self, node):
             self.generic_visit(node)
-            h = _helper(node, helpers)
+            h = _callee(node, callees)
             if h is None or not _is_one_return(h):
                 return node
             return _substitute(_body(h)[0].value, h, node)
 
         def visit_Expr(self, node):
             self.generic_visit(node)
-            h = _helper(node.value, helpers) if isinstance(node.value, ast.Call) else None
+            h = _callee(node.value, callees) if isinstance(node.value, ast.Call) else None
             if h is not None and not any(isinstance(n, ast.Return) for n in ast.walk(h)):
                 return [_substitute(s, h, node.value) for s in _body(h)]
             return node
@@ -203,8 +203,8 @@ def inline_helpers(fn, helpers):
     return Inline().visit(fn)
 
 
-def _helper(call, helpers):
-    return helpers.get(call.func.id) if isinstance(call.func, ast.Name) else None
+def _callee(call, callees):
+    return callees.get(call.func.id) if isinstance(call.func, ast.Name) else None
 
 
 def _body(h):
@@ -278,7 +278,7 @@ def loops(fn):
     return _Loops().visit(fn)
 
 
-def disguises(source: str, fn: ast.FunctionDef, helpers, rng) -> dict[str, str]:
+def disguises(source: str, fn: ast.FunctionDef, callees, rng) -> dict[str, str]:
     """Each disguise of one pasted function (``source``: its text as in the module)."""
     def made(f):
         return ast.unparse(ast.fix_missing_locations(f(copy.deepcopy(fn))))
@@ -289,23 +289,23 @@ def disguises(source: str, fn: ast.FunctionDef, helpers, rng) -> dict[str, str]:
            "pad": made(pad),
            "no docstrings": made(no_docstrings),
            "augmented": made(augmented),
-           "inline helpers": made(lambda f: inline_helpers(f, helpers)),
+           "inlined calls": made(lambda f: inline_calls(f, callees)),
            "loops/comprehensions": made(loops),
            "100,000-char comment": source,  # the comment goes before the imports
-           "light (issue)": made(light),
+           "light mechanical": made(light),
            "all at once": made(lambda f: light(loops(rename(reorder(
-               inline_helpers(f, helpers), rng)))))}
+               inline_calls(f, callees), rng)))))}
     return out
 
 
 # ------------------------------------------------------------------------------ the corpus
 def library_functions(sources):
-    """(module, name, imports, source, node, helpers) of every function and method of the
+    """(module, name, imports, source, node, callees) of every function and method of the
     library; ``imports``: the module's (absolute) imports that the function uses, which a
     student adds to run the paste."""
     for module, code in sorted(sources.items()):
         tree = ast.parse(code)
-        helpers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        callees = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         imported = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
                     and not getattr(n, "level", 0)]
         for node in tree.body:
@@ -317,7 +317,7 @@ def library_functions(sources):
                 used = _reads(fn)
                 imports = "\n".join(ast.unparse(i) for i in imported if any(
                     (a.asname or a.name.split(".")[0]) in used for a in i.names))
-                yield module, fn.name, imports, text, ast.parse(text).body[0], helpers
+                yield module, fn.name, imports, text, ast.parse(text).body[0], callees
 
 
 def answered(fn, solutions: dict) -> str:
@@ -374,7 +374,7 @@ def corpus(min_statements: int = 4):
                      if c != similarity.ADDED} for a, m in masters.items()}
     pastes: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
     turn = 0
-    for module, name, imports, text, fn, helpers in library_functions(library):
+    for module, name, imports, text, fn, callees in library_functions(library):
         if statements(fn) < min_statements:
             continue
         a = TOPIC.get(module.split(".")[1]) if module.count(".") else None
@@ -382,7 +382,7 @@ def corpus(min_statements: int = 4):
             a, turn = assignments[turn % len(assignments)], turn + 1
         cell = answered(fn, solutions[a])
         base = ast.unparse(fn)
-        for disguise, code in disguises(text, fn, helpers, rng).items():
+        for disguise, code in disguises(text, fn, callees, rng).items():
             if disguise in ("verbatim", "100,000-char comment") or code != base:
                 if disguise == "100,000-char comment":
                     code = COMMENT + "\n" + imports + "\n\n" + text
@@ -410,7 +410,7 @@ def corpus(min_statements: int = 4):
 HONEST = {"loops", "numpy", "einsum", "sets", "textbook", "formula", "independent_a",
           "independent_b", "honest_a"}
 HONEST_DISGUISES = ("rename", "reorder", "pad", "no docstrings", "augmented",
-                    "loops/comprehensions", "light (issue)")
+                    "loops/comprehensions", "light mechanical")
 
 
 def measure(released, pastes, honest, solutions):
@@ -483,8 +483,8 @@ def show(rows, markdown):
     head = ["disguise"] + [f"{t:g}: pastes, honest" for t in thresholds]
     lines = [head]
     order = ["verbatim", "rename", "reorder", "pad", "no docstrings", "augmented",
-             "inline helpers", "loops/comprehensions", "100,000-char comment",
-             "light (issue)", "all at once"]
+             "inlined calls", "loops/comprehensions", "100,000-char comment",
+             "light mechanical", "all at once"]
     for disguise in [d for d in order if d in rows]:
         cells = [disguise]
         for t in thresholds:

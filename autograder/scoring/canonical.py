@@ -40,7 +40,7 @@ _PURE_CALLS = frozenset({"len", "int", "float", "str", "bool", "abs", "min", "ma
 @dataclass
 class Block:
     """The statement forms of one function of the code (or of its top level, ``MODULE``), as a
-    multiset, and the names it calls (for a library function's helpers)."""
+    multiset, and the names it calls (a library function is compared with what it calls)."""
 
     name: str
     forms: Counter = field(default_factory=Counter)
@@ -122,8 +122,8 @@ def canonical(code: str, context: Context | None = None, limit: int | None = MAX
 
 def units(form: Form) -> dict[str, Counter]:
     """Each function of a library module with every function of the module it calls, directly
-    or not (pasted with its helpers, or with them inlined), as one multiset of forms; and the
-    whole module as ``MODULE``."""
+    or not (pasted with them, or with them inlined), as one multiset of forms; and the whole
+    module as ``MODULE``."""
     by_name = {b.name: b for b in form.blocks}
     out = {}
     for block in form.blocks:
@@ -245,7 +245,7 @@ def _size(node: ast.AST) -> int:
 # ------------------------------------------------------------------------------ normalising
 def _imports(tree: ast.AST) -> dict[str, str]:
     """Name -> full dotted name of what it was imported as (``np`` -> ``numpy``). A relative
-    import is a package's own code (the library's helpers, which a paste defines itself): its
+    import is a package's own code (the library's own functions, which a paste defines itself): its
     names are the code's own."""
     found = {}
     for node in ast.walk(tree):

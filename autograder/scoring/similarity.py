@@ -13,7 +13,7 @@ share of the answer's own code found in the match: copydetect's k-grams of the c
 (winnowing with a window of 1, all k-grams kept: answers are short, and Python salts its string
 hash per process, so a winnowed selection, and with it a similarity, would change from one run
 to the next), and its statements as a multiset (each of the answer's functions against the
-library function, with the helpers it calls, that holds most of it), which no reordering or
+library function, with the functions it calls, that holds most of it), which no reordering or
 padding changes. ``similarity`` is the larger.
 
 A pair is reported when that share is at least ``threshold``, the shared code is at least
@@ -118,7 +118,7 @@ def _answer(code: str, given: Given, context: canonical.Context, noise: int) -> 
 @functools.lru_cache(maxsize=256)
 def _module(code: str, noise: int) -> _Code:
     """A library module, compared as a whole (k-grams) and function by function with the
-    helpers each calls (statements): the same modules in every comparison of a run."""
+    functions each calls (statements): the same modules in every comparison of a run."""
     form = canonical.canonical(code, limit=None)
     return _Code(form, _fingerprint(form.text, noise=noise), canonical.units(form))
 
@@ -201,7 +201,7 @@ def _marked(code: str, slices) -> str:
 def _structure(a: _Code, b: _Code) -> tuple[float, Counter]:
     """Share of ``a``'s statements (by tokens) also in ``b``, and those statements: each
     function of ``a`` against the unit of ``b`` that holds most of it (a library function with
-    its helpers; another answer as a whole), the rest of ``a`` against the whole of ``b``."""
+    what it calls; another answer as a whole), the rest of ``a`` against the whole of ``b``."""
     total, common = 0, Counter()
     whole = b.units.get(canonical.MODULE, Counter())
     functions = [u for name, u in b.units.items() if name != canonical.MODULE] or [whole]
@@ -225,7 +225,7 @@ def distinct(common: Counter, form: canonical.Form, forced: Counter) -> int:
     ``forced``, the statements that two honest implementations written from the formula, the
     cell's source solution and the library, have in common. A short answer written from the
     formula shares with the library what the solution has too; a paste brings the library's
-    own choices (its checks and messages, its helpers, its way of writing a step)."""
+    own choices (its checks and messages, its small functions, its way of writing a step)."""
     return sum(form.weight[f] * n for f, n in (common - forced).items())
 
 
