@@ -8,10 +8,42 @@ cell as released. ``paste`` copied each of its answers from the library with lig
 ``share_a``'s answers, renamed and reformatted: flagged both ways. ``adapted`` rewrote library
 code into the form the assignment asks for (a method into a function, strings into tokens),
 which a fingerprint cannot tell from honest work: a less copyable assignment asks for exactly
-that effort, so it is not flagged. Everyone else wrote their own answers: never flagged.
+that effort, so it is not flagged. Everyone else wrote their own answers: never flagged. Among
+them the formula-like cases: ``textbook`` and ``formula`` wrote scaled dot-product attention
+from its formula (05), ``independent_a`` and ``independent_b`` BLEU (07), which the library's
+code contains almost statement for statement. ``light_disguise`` is the mechanical disguise
+that once hid every paste; ``MORE_HONEST`` (below) are honest answers to the other assignments,
+for the benchmark.
 """
 
+import ast
+
 CLASS = {}
+
+
+def light_disguise(code: str) -> str:
+    """The light mechanical disguise that once hid every paste: docstrings dropped, ``x += y``
+    written out as ``x = x + y``, and a no-op assignment after every statement."""
+    class Disguise(ast.NodeTransformer):
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            body = getattr(node, "body", None)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and isinstance(
+                    body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                node.body = body[1:] or [ast.Pass()]
+            for name in ("body", "orelse"):
+                body = getattr(node, name, None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                    setattr(node, name, [x for i, s in enumerate(body)
+                                         for x in (s, *ast.parse(f"_unused{i} = {i}").body)])
+            return node
+
+        def visit_AugAssign(self, node):
+            load = ast.parse(ast.unparse(node.target), mode="eval").body
+            return ast.Assign([node.target], ast.BinOp(load, node.op, node.value))
+
+    tree = Disguise().visit(ast.parse(code))
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 CLASS['01_language_models'] = {
     'loops': {
@@ -346,6 +378,101 @@ CLASS['07_bleu'] = {
     return 100 * penalty(c, r) * math.exp(sum(logs) / len(logs))
 ''',
     },
+    'independent_a': {
+        'ngrams': '''def ngrams(tokens, n):
+    return [tuple(tokens[start:start + n]) for start in range(0, len(tokens) - n + 1)]
+''',
+        'max_ref_counts': '''def max_ref_counts(refs_tokens, n, *, parts=None):
+    (get_ngrams,) = parts or (ngrams,)
+    best = Counter()
+    for ref in refs_tokens:
+        counts = Counter(get_ngrams(ref, n))
+        for gram in counts:
+            best[gram] = max(best[gram], counts[gram])
+    return best
+''',
+        'modified_precision': '''def modified_precision(hyp_tokens, refs_tokens, n, *, parts=None):
+    get_ngrams, get_max_ref_counts = parts or (ngrams, max_ref_counts)
+    counts = Counter(get_ngrams(hyp_tokens, n))
+    max_counts = get_max_ref_counts(refs_tokens, n)
+    clipped = sum(min(count, max_counts[gram]) for gram, count in counts.items())
+    return clipped, sum(counts.values())
+''',
+        'brevity_penalty': '''def brevity_penalty(c, r):
+    if c == 0:
+        return 0.0
+    if c > r:
+        return 1.0
+    return math.exp(1 - r / c)
+''',
+        'corpus_bleu': '''def corpus_bleu(hyps, refs, max_n=4, *, parts=None):
+    precision, penalty = parts or (modified_precision, brevity_penalty)
+    clipped = [0] * max_n
+    total = [0] * max_n
+    c, r = 0, 0
+    for hyp, hyp_refs in zip(hyps, refs):
+        for n in range(1, max_n + 1):
+            matched, count = precision(hyp, hyp_refs, n)
+            clipped[n - 1] += matched
+            total[n - 1] += count
+        c += len(hyp)
+        r += min((abs(len(ref) - len(hyp)), len(ref)) for ref in hyp_refs)[1]
+    if min(clipped) == 0:
+        return 0.0
+    log_p = sum(math.log(clipped[i] / total[i]) for i in range(max_n)) / max_n
+    return 100.0 * penalty(c, r) * math.exp(log_p)
+''',
+    },
+    'independent_b': {
+        'ngrams': '''def ngrams(tokens, n):
+    grams = []
+    for i in range(len(tokens) - n + 1):
+        grams.append(tuple(tokens[i:i + n]))
+    return grams
+''',
+        'max_ref_counts': '''def max_ref_counts(refs_tokens, n, *, parts=None):
+    (get_ngrams,) = parts or (ngrams,)
+    result = Counter()
+    for ref in refs_tokens:
+        result |= Counter(get_ngrams(ref, n))
+    return result
+''',
+        'modified_precision': '''def modified_precision(hyp_tokens, refs_tokens, n, *, parts=None):
+    get_ngrams, get_max_ref_counts = parts or (ngrams, max_ref_counts)
+    hyp_counts = Counter(get_ngrams(hyp_tokens, n))
+    ref_max = get_max_ref_counts(refs_tokens, n)
+    matches = 0
+    for gram, count in hyp_counts.items():
+        matches += min(count, ref_max.get(gram, 0))
+    return matches, sum(hyp_counts.values())
+''',
+        'brevity_penalty': '''def brevity_penalty(c, r):
+    if c > r:
+        return 1.0
+    if c == 0:
+        return 0.0
+    return math.exp(1.0 - r / c)
+''',
+        'corpus_bleu': '''def corpus_bleu(hyps, refs, max_n=4, *, parts=None):
+    precision, penalty = parts or (modified_precision, brevity_penalty)
+    numerators = [0] * max_n
+    denominators = [0] * max_n
+    hyp_len = ref_len = 0
+    for hyp, references in zip(hyps, refs):
+        hyp_len += len(hyp)
+        ref_len += min((len(ref) for ref in references),
+                       key=lambda length: (abs(length - len(hyp)), length))
+        for n in range(1, max_n + 1):
+            num, den = precision(hyp, references, n)
+            numerators[n - 1] += num
+            denominators[n - 1] += den
+    if 0 in numerators:
+        return 0.0
+    precisions = [num / den for num, den in zip(numerators, denominators)]
+    geo_mean = math.exp(sum(math.log(p) for p in precisions) / max_n)
+    return 100 * penalty(hyp_len, ref_len) * geo_mean
+''',
+    },
     'paste': {
         'ngrams': '''def ngrams(tokens, n):
     if isinstance(tokens, str):
@@ -513,6 +640,27 @@ def merge_heads(x):
     return weights @ value, weights
 ''',
     },
+    'textbook': {
+        'sdpa': '''def scaled_dot_product_attention(query, key, value, mask=None):
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    p_attn = scores.softmax(dim=-1)
+    p_attn = torch.nan_to_num(p_attn, nan=0.0)
+    return torch.matmul(p_attn, value), p_attn
+''',
+    },
+    'formula': {
+        'sdpa': '''def scaled_dot_product_attention(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = weights.masked_fill(weights.isnan(), 0.0)
+    return weights @ value, weights
+''',
+    },
     'adapted': {
         'split_merge': '''def split_heads(x, n_heads):
     if x.shape[-1] % n_heads:
@@ -522,6 +670,143 @@ def merge_heads(x):
 
 def merge_heads(x):
     return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+''',
+    },
+}
+
+# More honest answers, written independently from each part's text and formula (the benchmark
+# benchmarks/similarity_disguises.py measures false positives on them with the class above).
+MORE_HONEST = {}
+
+MORE_HONEST['02_rnn_backprop'] = {
+    'honest_a': {
+        'softmax_ce': '''def softmax_ce_grad(z, k):
+    shifted = z - np.max(z)
+    probs = np.exp(shifted) / np.sum(np.exp(shifted))
+    onehot = np.zeros_like(probs)
+    onehot[k] = 1.0
+    return probs - onehot
+
+
+def output_weight_grad(h, z, k):
+    dz = softmax_ce_grad(z, k)
+    return dz[:, None] * h[None, :]
+''',
+        'lstm_cell': '''def lstm_cell(x, h, c, W_ih, W_hh, b_ih, b_hh):
+    def sigmoid(t):
+        return 1.0 / (1.0 + np.exp(-t))
+
+    gates = x @ W_ih.T + h @ W_hh.T + b_ih + b_hh
+    H = h.shape[1]
+    i = sigmoid(gates[:, :H])
+    f = sigmoid(gates[:, H:2 * H])
+    g = np.tanh(gates[:, 2 * H:3 * H])
+    o = sigmoid(gates[:, 3 * H:])
+    c_next = f * c + i * g
+    h_next = o * np.tanh(c_next)
+    return h_next, c_next
+''',
+    },
+}
+
+MORE_HONEST['03_seq2seq'] = {
+    'honest_a': {
+        'masked_loss': '''def masked_sequence_loss(logits, targets, pad_id=PAD):
+    keep = targets.ne(pad_id)
+    if keep.sum() == 0:
+        raise ValueError("every target is padding")
+    losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                               reduction="none")
+    return (losses * keep.flatten()).sum() / keep.sum()
+''',
+    },
+}
+
+MORE_HONEST['04_attention'] = {
+    'textbook': {
+        'sdpa': '''def scaled_dot_product_attention(query, key, value, mask=None):
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(key.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return torch.matmul(weights, value), weights
+''',
+    },
+    'honest_a': {
+        'scores': '''def dot_score(s, h):
+    return (h * s.unsqueeze(1)).sum(-1)
+
+
+def bilinear_score(s, h, W):
+    return torch.bmm(h, (s @ W).unsqueeze(-1)).squeeze(-1)
+
+
+def additive_score(s, h, W, U, v):
+    hidden = torch.tanh(h @ U.T + (s @ W.T).unsqueeze(1))
+    return hidden @ v
+''',
+        'softmax_context': '''def masked_softmax(scores, lengths):
+    positions = torch.arange(scores.size(1)).unsqueeze(0)
+    valid = positions < lengths.unsqueeze(1)
+    e = torch.exp(scores - scores.max(dim=1, keepdim=True).values) * valid
+    total = e.sum(dim=1, keepdim=True)
+    return torch.where(total > 0, e / total.clamp_min(1e-30), torch.zeros_like(e))
+
+
+def context_vector(weights, h):
+    return (weights.unsqueeze(-1) * h).sum(dim=1)
+''',
+    },
+}
+
+MORE_HONEST['06_decoding'] = {
+    'honest_a': {
+        'filters': '''def temperature_scale(log_probs, T):
+    if T <= 0:
+        raise ValueError("T must be positive")
+    scaled = log_probs / T
+    return scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)
+
+
+def top_k_filter(log_probs, k):
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    k = min(k, log_probs.size(-1))
+    threshold = torch.sort(log_probs, dim=-1, descending=True).values[..., k - 1:k]
+    kept = torch.where(log_probs >= threshold, log_probs, torch.full_like(log_probs, -math.inf))
+    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+
+
+def top_p_filter(log_probs, p):
+    if p <= 0 or p > 1:
+        raise ValueError("p must be in (0, 1]")
+    probs = log_probs.exp()
+    values, idx = probs.sort(dim=-1, descending=True)
+    before = values.cumsum(-1) - values
+    keep_sorted = before < p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+    kept = log_probs.masked_fill(~keep, -math.inf)
+    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+''',
+        'sample_step': '''def sample_step(log_probs, generator, temperature=1.0, top_k=None,
+                top_p=None, *, parts=None):
+    scale, keep_top_k, keep_top_p = parts or (temperature_scale, top_k_filter, top_p_filter)
+    out = scale(log_probs, temperature)
+    out = out if top_k is None else keep_top_k(out, top_k)
+    out = out if top_p is None else keep_top_p(out, top_p)
+    probs = torch.softmax(out, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]
+''',
+    },
+}
+
+MORE_HONEST['08_bert_mlm'] = {
+    'honest_a': {
+        'mlm_loss': '''def mlm_loss(logits, labels):
+    if (labels != -100).sum() == 0:
+        raise ValueError("no position has a label")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=-100)
 ''',
     },
 }

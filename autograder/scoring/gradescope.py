@@ -125,7 +125,8 @@ def _library_matches(course: Path, assignment: str, steps) -> list[dict]:
     try:
         found = similarity.library_only(
             answers_of_student=similarity.answers(steps),
-            release=read_notebook(released) if released.exists() else None)
+            release=read_notebook(released) if released.exists() else None,
+            solutions=similarity.solutions(read_notebook(source_notebook(assignment, course))))
     except Exception as err:
         print(f"similarity: not checked ({type(err).__name__}: {err})")
         return [{"error": f"{type(err).__name__}: {err}"}]

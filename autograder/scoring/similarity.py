@@ -5,19 +5,24 @@ much of every assignment. So a grading run does what instructors do with MOSS: i
 every answer cell and reports those whose code is largely found in a library module or in another
 student's answer to the same cell. A flag asks for a review; it never changes a score.
 
-Fingerprints are copydetect's: the code is tokenized as Python, names become placeholders and
-comments and layout are dropped (so renaming, reformatting and deleting comments change nothing),
-and every k-gram of what is left is hashed. All k-grams are kept (a winnowing window of 1):
-answers are short, and Python salts its string hash per process, so a winnowed selection, and
-with it a similarity, would change from one run to the next. Code the release gives (signatures,
-docstrings, given cells, visible tests) never counts.
+What is compared is code, not text: each answer's canonical form (``canonical``: parsed, with
+comments, docstrings, statements that do nothing and the release's given code taken out, names
+a student chooses numbered, ``x += y`` and ``x = x + y`` alike, a loop that builds a list as
+the comprehension), cut after ``canonical.MAX_TOKENS`` tokens of it. Two measures, each the
+share of the answer's own code found in the match: copydetect's k-grams of the canonical code
+(winnowing with a window of 1, all k-grams kept: answers are short, and Python salts its string
+hash per process, so a winnowed selection, and with it a similarity, would change from one run
+to the next), and its statements as a multiset (each of the answer's functions against the
+library function, with the functions it calls, that holds most of it), which no reordering or
+padding changes. ``similarity`` is the larger.
 
-``similarity`` of an answer to a match is the share of the answer's own code (its fingerprinted
-characters, given code excluded) that is also in the match. A pair is reported when that share
-is at least ``threshold`` and the shared code is at least ``min_match`` characters of tokenized
-code: a one-line answer is the same whoever writes it, so it cannot be judged. The defaults are
-measured in ``tests/test_similarity.py``: independent honest solutions stay below them, pastes
-from the library and answers shared between students (renamed, reformatted, uncommented) above.
+A pair is reported when that share is at least ``threshold``, the shared code is at least
+``min_match`` characters of tokenized code (a one-line answer is the same whoever writes it),
+and at least ``min_distinct`` tokens of it are beyond what the cell's formula forces (see
+``distinct``: a short answer written from the formula is the library's code too). The defaults
+are chosen from the table of benchmarks/similarity_disguises.py (recall on disguised pastes of
+every library function, false positives on honest answers; in the README) and checked in
+``tests/test_similarity.py``.
 """
 
 from __future__ import annotations
@@ -29,36 +34,43 @@ import io
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from . import canonical
 from .spreadsheet import write_csv
 
-NOISE = 25          # k: the shortest shared run of tokenized code that counts, in characters
-THRESHOLD = 0.85    # share of an answer found in one match
+NOISE = 25          # k: the shortest shared run of canonical code that counts, in characters
+THRESHOLD = 0.85    # share of an answer found in one match, by either measure
 MIN_MATCH = 60      # shared tokenized characters (about three lines) to judge an answer at all
+MIN_DISTINCT = 16   # shared tokens beyond what the cell's formula forces (see ``distinct``)
 ADDED = "(added cells)"  # code cells a student added: compared as one more answer
 COLUMNS = ("student_id", "cell", "match", "similarity")
-MAX_CODE = 100_000  # characters of one answer fingerprinted; a longer one is cut there
 SHOWN = 3           # matches of one answer shown side by side in the HTML (all are in the csv)
 
 
 @dataclass(frozen=True)
 class Match:
-    """One reported pair: ``similarity`` of ``student_id``'s answer ``cell`` to ``match``."""
+    """One reported pair: ``similarity`` of ``student_id``'s answer ``cell`` to ``match``, the
+    larger of its two measures (``winnowing``: copydetect's k-grams of canonical code;
+    ``structure``: its statements, in any order)."""
 
     student_id: str
     cell: str
     match: str           # a library module (``seqlab.decoding``) or another student's id
     similarity: float    # share of the answer's own code found in the match, 0..1
-    shared: int          # characters of tokenized code they share
-    answer_html: str     # the answer, shared regions marked (HTML-escaped)
+    shared: int          # characters of tokenized canonical code they share
+    answer_html: str     # the answer's canonical code, shared regions marked (HTML-escaped)
     match_html: str      # the matching code, shared regions marked (HTML-escaped)
+    winnowing: float = 0.0
+    structure: float = 0.0
+    distinct: int = 0    # shared tokens beyond what the formula forces
 
 
 def _fingerprint(code: str, given=(), noise: int = NOISE):
-    """copydetect's fingerprint of ``code`` without the k-grams of ``given`` code.
+    """copydetect's fingerprint of ``code`` (canonical code) without the k-grams of ``given``.
 
     copydetect's own boilerplate filter (``np.intersect1d(assume_unique=True)`` on a hash list
     that repeats a k-gram as often as the code does) would also drop repeated code, so the given
@@ -66,8 +78,7 @@ def _fingerprint(code: str, given=(), noise: int = NOISE):
     from copydetect import CodeFingerprint
     from copydetect.utils import get_token_coverage
 
-    fp = CodeFingerprint("answer.py", noise, 1, language="python",
-                         fp=io.StringIO(code[:MAX_CODE]))
+    fp = CodeFingerprint("answer.py", noise, 1, language="python", fp=io.StringIO(code))
     if given:
         fp.hash_idx = {h: i for h, i in fp.hash_idx.items() if h not in given}
         fp.hashes = set(fp.hash_idx)
@@ -77,18 +88,39 @@ def _fingerprint(code: str, given=(), noise: int = NOISE):
 
 class Given:
     """Code the release gives (signatures, docstrings, given cells, visible tests), which is
-    never evidence of copying: its lines are taken out of an answer before fingerprinting (so
-    the k-grams that join the given signature to the answer's first line do not dilute a short
-    answer), and its k-grams out of what is left (given code retyped or reformatted)."""
+    never evidence of copying: its statements are taken out of an answer by AST node (see
+    ``canonical.Context``), and its k-grams out of what is left (the seam of a given signature
+    and the answer's first line)."""
 
     def __init__(self, code: Iterable[str] = (), noise: int = NOISE):
         code = list(code)
-        self.lines = {line.strip() for c in code for line in c.splitlines()} - {""}
-        self.hashes = frozenset().union(*(_fingerprint(c, noise=noise).hashes for c in code))
+        self.context = canonical.Context(code)
+        self.hashes = frozenset().union(
+            *(_fingerprint(canonical.canonical(c).text, noise=noise).hashes for c in code))
 
-    def strip(self, answer: str) -> str:
-        """The answer without the lines the release gives."""
-        return "\n".join(line for line in answer.splitlines() if line.strip() not in self.lines)
+
+@dataclass
+class _Code:
+    """One answer or one library module, ready to compare: its canonical form, fingerprint,
+    and the units an answer's functions are compared with (see ``canonical.units``)."""
+
+    form: canonical.Form
+    fp: object
+    units: dict
+
+
+def _answer(code: str, given: Given, context: canonical.Context, noise: int) -> _Code:
+    form = canonical.canonical(code, context)
+    return _Code(form, _fingerprint(form.text, given.hashes, noise),
+                 {canonical.MODULE: sum((b.forms for b in form.blocks), Counter())})
+
+
+@functools.lru_cache(maxsize=256)
+def _module(code: str, noise: int) -> _Code:
+    """A library module, compared as a whole (k-grams) and function by function with the
+    functions each calls (statements): the same modules in every comparison of a run."""
+    form = canonical.canonical(code, limit=None)
+    return _Code(form, _fingerprint(form.text, noise=noise), canonical.units(form))
 
 
 def release_code(release: dict) -> list[str]:
@@ -119,6 +151,14 @@ def _python_lines(source: str) -> str:
                      if not line.lstrip().startswith(("!", "%")))
 
 
+def solutions(master: dict) -> dict[str, str]:
+    """The source solution of every answer cell of a master notebook, by grade_id: what the
+    cell's formula forces is measured on it (see ``distinct``)."""
+    from ..intake.normalize import plan
+
+    return {cell: code for cell, code in answers(plan(master, master)).items() if cell != ADDED}
+
+
 def answers_of(master: dict, notebook: Path | None) -> dict[str, str]:
     """``answers`` of a submitted notebook file; {} when it is missing or unreadable (it is
     ungradable then, and has nothing to compare)."""
@@ -147,82 +187,144 @@ def library_sources(package: str = "seqlab") -> dict[str, str]:
     return sources
 
 
-@functools.lru_cache(maxsize=256)
-def _module_print(code: str, noise: int):
-    """A library module's fingerprint: the same modules in every comparison of a run."""
-    return _fingerprint(code, noise=noise)
-
-
 def _marked(code: str, slices) -> str:
+    """``code`` HTML-escaped, the k-grams it shares marked (none: statements shared in another
+    order only)."""
     from copydetect.utils import highlight_overlap
 
+    if not getattr(slices, "size", 0):
+        return html.escape(code)
     text, _ = highlight_overlap(code, slices, "<mark>", "</mark>", truncate=8, escape_html=True)
     return text
 
 
-def _pair(student, cell, other, fp, fp_other, threshold, min_match, both, seen) -> list[Match]:
+def _structure(a: _Code, b: _Code) -> tuple[float, Counter]:
+    """Share of ``a``'s statements (by tokens) also in ``b``, and those statements: each
+    function of ``a`` against the unit of ``b`` that holds most of it (a library function with
+    what it calls; another answer as a whole), the rest of ``a`` against the whole of ``b``."""
+    total, common = 0, Counter()
+    whole = b.units.get(canonical.MODULE, Counter())
+    functions = [u for name, u in b.units.items() if name != canonical.MODULE] or [whole]
+    weight = a.form.weight
+    for block in a.form.blocks:
+        total += sum(weight[f] * n for f, n in block.forms.items())
+        best = Counter()
+        for unit in ([whole] if block.name == canonical.MODULE else functions):
+            if unit.keys() & block.forms.keys():
+                found = block.forms & unit
+                if sum(weight[f] * n for f, n in found.items()) > \
+                        sum(weight[f] * n for f, n in best.items()):
+                    best = found
+        common += best
+    shared = sum(weight[f] * n for f, n in common.items())
+    return (shared / total if total else 0.0), common
+
+
+def distinct(common: Counter, form: canonical.Form, forced: Counter) -> int:
+    """Tokens of the shared statements ``common`` beyond those the cell's formula forces:
+    ``forced``, the statements that two honest implementations written from the formula, the
+    cell's source solution and the library, have in common. A short answer written from the
+    formula shares with the library what the solution has too; a paste brings the library's
+    own choices (its checks and messages, its small functions, its way of writing a step)."""
+    return sum(form.weight[f] * n for f, n in (common - forced).items())
+
+
+def _forced(solution: str, given: Given, library: list[_Code]) -> Counter:
+    """The statements of a cell's source solution that are also in the library."""
+    form = canonical.canonical(solution, given.context)
+    mine = sum((b.forms for b in form.blocks), Counter())
+    return Counter({f: n for f, n in mine.items()
+                    if any(f in m.units[canonical.MODULE] for m in library)})
+
+
+def _pair(student, cell, other, a: _Code, b: _Code, rule, both, seen) -> list[Match]:
     """The reported directions of one comparison: the student's, and with ``both`` (``other``
     is a student too) the other's. ``seen`` keeps each distinct pair's result: resubmitted,
     untouched or shared answers repeat the same texts, which are compared once."""
     from copydetect import compare_files
 
-    key = (id(fp), id(fp_other))
+    threshold, min_match, min_distinct, forced = rule
+    key = (id(a), id(b), id(forced))
     if key not in seen:
-        seen[key] = None if fp.hashes.isdisjoint(fp_other.hashes) else \
-            compare_files(fp, fp_other)[1:] + ({},)
+        if a.fp.hashes.isdisjoint(b.fp.hashes) and not a.units[canonical.MODULE].keys() & \
+                b.units[canonical.MODULE].keys():
+            seen[key] = None
+        else:
+            sides = (a, b), (b, a)
+            seen[key] = (compare_files(a.fp, b.fp)[1:],
+                         [_structure(x, y) for x, y in sides[:1 + both]], {})
     if seen[key] is None:
         return []
-    (share, share_other), (slices, slices_other), marked = seen[key]
+    ((share, share_other), (slices, slices_other)), structures, marked = seen[key]
     found = []
-    for side, who, what, sim, a, b, sa, sb in (
-            (0, student, other, share, fp, fp_other, slices, slices_other),
-            (1, other, student, share_other, fp_other, fp, slices_other, slices))[:1 + both]:
-        shared = int(round(sim * a.token_coverage))  # tokenized characters of a in b
-        if sim >= threshold and shared >= min_match:
+    for side, who, what, sim, x, y, sx, sy in (
+            (0, student, other, share, a, b, slices, slices_other),
+            (1, other, student, share_other, b, a, slices_other, slices))[:1 + both]:
+        winnowing = float(sim)
+        structure, common = structures[side]
+        shared = int(round(winnowing * x.fp.token_coverage))  # tokenized characters of x in y
+        tokens = distinct(common, x.form, forced) if x.form.parsed or common else min_distinct
+        best = max(winnowing, structure)
+        if best >= threshold and shared >= min_match and tokens >= min_distinct:
             if side not in marked:
-                marked[side] = _marked(a.raw_code, sa), _marked(b.raw_code, sb)
-            found.append(Match(who, cell, what, round(float(sim), 3), shared, *marked[side]))
+                marked[side] = _marked(x.fp.raw_code, sx), _marked(y.fp.raw_code, sy)
+            found.append(Match(who, cell, what, round(best, 3), shared, *marked[side],
+                               winnowing=round(winnowing, 3), structure=round(structure, 3),
+                               distinct=tokens))
     return found
 
 
 def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
             library: Mapping[str, str], given: Iterable[str] = (),
             students: Iterable[str] | None = None, threshold: float = THRESHOLD,
-            min_match: int = MIN_MATCH, noise: int = NOISE) -> list[Match]:
+            min_match: int = MIN_MATCH, min_distinct: int = MIN_DISTINCT,
+            solutions: Mapping[str, str] | None = None, noise: int = NOISE,
+            class_pairs: bool = True) -> list[Match]:
     """Every reported pair for ``students`` (default: all of ``answers_by_student``): each answer
-    against every ``library`` module (name -> source) and against every other student's answer
-    to the same cell. ``given``: the release's code, subtracted from every answer. Ordered by
-    student (as given), cell, then similarity (highest first)."""
+    against every ``library`` module (name -> source) and, with ``class_pairs``, against every
+    other student's answer to the same cell. ``given``: the release's code, subtracted from
+    every answer. ``solutions``: the source solution of each cell (cell -> code); its
+    statements that the library has too are what the cell's formula forces (see ``distinct``).
+    ``class_pairs=False`` compares with the library only. Ordered by student (as given), cell,
+    then similarity (highest first)."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    if isinstance(min_match, bool) or not isinstance(min_match, int) or min_match < 0:
-        raise ValueError(f"min_match must be an int >= 0, got {min_match!r}")
+    for name, value in (("min_match", min_match), ("min_distinct", min_distinct)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     chosen = list(answers_by_student if students is None else students)
     unknown = [s for s in chosen if s not in answers_by_student]
     if unknown:
         raise ValueError(f"students {unknown} have no answers to compare")
-    given, texts, seen = Given(given, noise), {}, {}
-    for cells in answers_by_student.values():
-        for code in cells.values():
-            if code not in texts:  # one fingerprint per distinct text
-                texts[code] = _fingerprint(given.strip(code), given.hashes, noise)
-    prints = {s: {cell: texts[code] for cell, code in cells.items()}
-              for s, cells in answers_by_student.items()}
-    modules = {name: _module_print(code, noise) for name, code in library.items()}
+    given, texts, seen, codes = Given(given, noise), {}, {}, {}
+    for student, cells in answers_by_student.items():
+        # a name one cell imports (``import numpy as np`` in a cell of its own) is the same in all
+        own = {k: v for code in cells.values() for k, v in canonical.imports(code).items()}
+        context = given.context.including(own)
+        codes[student] = {}
+        for cell, code in cells.items():
+            key = code, tuple(sorted(own.items()))
+            if key not in texts:  # one canonical form per distinct text and imports
+                texts[key] = _answer(code, given, context, noise)
+            codes[student][cell] = texts[key]
+    modules = {name: _module(code, noise) for name, code in library.items()}
+    forced = {cell: _forced(code, given, list(modules.values()))
+              for cell, code in (solutions or {}).items()}
+    rules = {cell: (threshold, min_match, min_distinct, forced.get(cell, Counter()))
+             for cells in codes.values() for cell in cells}
     mine, found = set(chosen), []
     for student in chosen:
-        for cell, fp in prints[student].items():
+        for cell, code in codes[student].items():
             for name, module in modules.items():
-                found += _pair(student, cell, name, fp, module, threshold, min_match, False,
-                               seen)
-    others = list(answers_by_student)
+                found += _pair(student, cell, name, code, module, rules[cell], False, seen)
+    others = list(answers_by_student) if class_pairs else []
     for i, a in enumerate(others):  # each pair of students once, both directions
         for b in others[i + 1:]:
             if a not in mine and b not in mine:
                 continue
-            for cell in prints[a].keys() & prints[b].keys():
-                for m in _pair(a, cell, b, prints[a][cell], prints[b][cell], threshold,
-                               min_match, True, seen):
+            for cell in codes[a].keys() & codes[b].keys():
+                for m in _pair(a, cell, b, codes[a][cell], codes[b][cell], rules[cell], True,
+                               seen):
                     if m.student_id in mine:
                         found.append(m)
     rank = {s: i for i, s in enumerate(chosen)}
@@ -282,7 +384,9 @@ def _html(matches: list[Match], title: str) -> str:
     shown = [m for m in matches if m.answer_html]
     rows = "\n".join(
         f"<h2>{html.escape(m.student_id)} · {html.escape(m.cell)} · {html.escape(m.match)}: "
-        f"{m.similarity:.0%} of the answer ({m.shared} shared characters of tokenized code)</h2>"
+        f"{m.similarity:.0%} of the answer (k-grams {m.winnowing:.0%}, statements "
+        f"{m.structure:.0%}; {m.shared} shared characters of tokenized code, {m.distinct} "
+        "tokens beyond the formula)</h2>"
         f"<table><tr><th>{html.escape(m.student_id)}</th><th>{html.escape(m.match)}</th></tr>"
         f"<tr><td><pre>{m.answer_html}</pre></td><td><pre>{m.match_html}</pre></td></tr>"
         "</table>" for m in shown)
@@ -291,10 +395,11 @@ def _html(matches: list[Match], title: str) -> str:
             "table{width:100%;table-layout:fixed}td{vertical-align:top;width:50%}"
             "pre{white-space:pre-wrap;font-size:12px}mark{background:#fd8}</style>"
             f"<h1>{html.escape(title)}</h1><p>{len(matches)} pair(s) to review, all in "
-            f"similarity.csv; here the closest {SHOWN} of each answer ({len(shown)}). Marked: "
-            "code the two share (names, layout and comments ignored; code the release gives "
-            "excluded). A pair is a reason to look, not a verdict: a flag never changes a "
-            f"score.</p>\n{rows}\n")
+            f"similarity.csv; here the closest {SHOWN} of each answer ({len(shown)}), as "
+            "compared: comments, docstrings, statements that do nothing and the code the "
+            "release gives left out. Marked: code the two share (names and layout ignored). A "
+            "pair is a reason to look, not a verdict: a flag never changes a score."
+            f"</p>\n{rows}\n")
 
 
 def report_class(*, master: dict, notebooks: Mapping[str, Path | None], release: dict,
@@ -307,7 +412,7 @@ def report_class(*, master: dict, notebooks: Mapping[str, Path | None], release:
     try:
         matches = compare({s: answers_of(master, path) for s, path in notebooks.items()},
                           library=library_sources(), given=release_code(release),
-                          students=chosen)
+                          students=chosen, solutions=solutions(master))
         write_report(matches, out=out)
     except Exception as err:  # the report must never cost the grades
         log(f"similarity report failed ({type(err).__name__}: {err}); grades are unaffected")
@@ -320,10 +425,11 @@ def report_class(*, master: dict, notebooks: Mapping[str, Path | None], release:
 
 
 def library_only(*, answers_of_student: Mapping[str, str], release: dict | None,
-                 threshold: float = THRESHOLD, min_match: int = MIN_MATCH) -> list[dict]:
+                 solutions: Mapping[str, str] | None = None, threshold: float = THRESHOLD,
+                 min_match: int = MIN_MATCH) -> list[dict]:
     """One submission against the library alone (Gradescope grades one at a time, so it has
     no class to compare with): [{cell, match, similarity}] of the reported pairs."""
     matches = compare({"submission": answers_of_student}, library=library_sources(),
-                      given=release_code(release) if release else (),
+                      given=release_code(release) if release else (), solutions=solutions,
                       threshold=threshold, min_match=min_match)
     return [{"cell": m.cell, "match": m.match, "similarity": m.similarity} for m in matches]
