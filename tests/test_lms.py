@@ -264,7 +264,7 @@ def test_moodle_namesakes_are_never_guessed(tmp_path, graded):
     assert {k: v[0] for k, v in moodle_worksheet(
         tmp_path / "up" / f"moodle_worksheet_{A}.csv").items()}["102"] == "3"
     assert not (tmp_path / "up" / "moodle_grades.csv").exists()
-    assert any("Jane Doe (2 people in the roster share that name)" in line
+    assert any("Jane Doe (101: 2 people in the roster share that name)" in line
                for line in said), said
 
 
@@ -303,8 +303,18 @@ def test_brightspace_round_trip(tmp_path, graded):
         ("00419", "anunez"): {"01 language models": "18"}}
     # a roster without one of them: refused, never dropped
     (tmp_path / "short.csv").write_text(D2L_ROSTER.rsplit("#00419", 1)[0], encoding="utf-8")
-    with pytest.raises(ValueError, match=r"Ana María Núñez \(not in the roster\)"):
+    with pytest.raises(ValueError, match=r"Ana María Núñez \(Ana_Mar_a_N_ez: not in the "
+                                         r"roster\)"):
         export([out], "d2l", tmp_path / "up2", roster=tmp_path / "short.csv")
+    # two names of the export that fit one person of the roster: neither is guessed
+    lms_zip(tmp_path / "two.zip", {**D2L, "1204-3304 - Doe Jane - Nov 1, 2026 1000 AM - "
+                                          "01_language_models.ipynb": NOTEBOOK})
+    out, _ = graded("two", tmp_path / "two.zip", A,
+                    {**D2L_SCORES, "Doe_Jane": (1.0, "graded", 0)})
+    with pytest.raises(ValueError, match=r"Doe Jane \(Doe_Jane: the roster's Jane Doe matches "
+                                         r"Jane_Doe too\), Jane Doe \(Jane_Doe: .* matches "
+                                         r"Doe_Jane too\)"):
+        export([out], "d2l", tmp_path / "up3", roster=tmp_path / "roster.csv")
 
 
 # ----------------------------------------------------------------------------------- plain

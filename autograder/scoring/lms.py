@@ -138,19 +138,28 @@ class File:
 # ------------------------------------------------------------------------------ the students
 def _people(out: Output, lms: str, roster: Roster | None) -> tuple[dict[str, Person],
                                                                     dict[str, str]]:
-    """(student -> who they are, student -> why the roster has no entry for them)."""
-    people, unmatched = {}, {}
+    """(student -> who they are, student -> why the roster has no entry for them). Two
+    students never share an entry: both are unmatched then."""
+    exported, people, unmatched, taken = {}, {}, {}, {}
     for row in out.rows:
         sid = row["student_id"]
         person = from_export(out.origin.get(sid, {}).get("name") or row["name"], out.lms(sid))
-        if lms == "canvas":
+        if lms == "canvas" or out.lms(sid) == "canvas":
             person = replace(person, lms_id=out.parts(sid).get("uid") or sid)
-        if roster is not None:
-            entry, why = match(roster, person, person.lms_id)
-            if why:
-                unmatched[sid] = why
-            person = merged(person, entry)
-        people[sid] = person
+        exported[sid] = people[sid] = person
+        if roster is None:
+            continue
+        entry, why = match(roster, person, person.lms_id)
+        if entry in taken:  # the other one is no more certain than this one
+            other = taken[entry]
+            unmatched[other] = f"the roster's {entry.name} matches {sid} too"
+            people[other] = exported[other]
+            entry, why = None, f"the roster's {entry.name} matches {other} too"
+        if why:
+            unmatched[sid] = why
+        else:
+            taken[entry] = sid
+            people[sid] = merged(person, entry)
     return people, unmatched
 
 
@@ -233,7 +242,7 @@ def _moodle(outs, people, unmatched, roster, titles) -> tuple[list[File], str]:
         return files, "no roster: pass Moodle's participants export as --roster for the " \
                       "gradebook import (it keys by email)"
     if unmatched or any(not p.email for ps in people.values() for p in ps.values()):
-        who = sorted({f"{people[a][s].name} ({why})" for a, ws in unmatched.items()
+        who = sorted({f"{people[a][s].name} ({s}: {why})" for a, ws in unmatched.items()
                       for s, why in ws.items()} |
                      {f"{p.name} (no email)" for ps in people.values() for p in ps.values()
                       if not p.email and p.name})
@@ -262,7 +271,7 @@ def _d2l(outs, people, unmatched, roster, titles) -> list[File]:
                          "submission download does not carry: pass its grade export (Grades > "
                          "Export, key field 'Both') as --roster")
     if unmatched:
-        who = sorted(f"{people[a][s].name} ({why})" for a, ws in unmatched.items()
+        who = sorted(f"{people[a][s].name} ({s}: {why})" for a, ws in unmatched.items()
                      for s, why in ws.items())
         raise ValueError(f"{len(who)} student(s) cannot be keyed for Brightspace: "
                          f"{', '.join(who)}; fix the roster (its grade export, all users)")
@@ -324,8 +333,10 @@ def export(outputs: list[Path], lms: str, dest: Path, roster: Path | None = None
     waiting = [f"{o.assignment}: {r['student_id']} ({_why_not_final(r)})"
                for o in outs for r in o.rows if not final(r)]
     if waiting and not allow_pending:
+        named = "; ".join(waiting[:20]) + (f"; and {len(waiting) - 20} more"
+                                           if len(waiting) > 20 else "")
         raise ValueError(
-            f"{len(waiting)} grade(s) are not final: {'; '.join(waiting)}. Grade the written "
+            f"{len(waiting)} grade(s) are not final: {named}. Grade the written "
             "answers in formgrader and run `python -m autograder sync OUT`, regrade a failure "
             "with `grade ... --only ID`, or pass --allow-pending to leave these grades empty")
     people, unmatched = {}, {}
@@ -347,7 +358,7 @@ def export(outputs: list[Path], lms: str, dest: Path, roster: Path | None = None
         log(f"{path}: {file.how}")
     if note:
         log(f"moodle_grades.csv not written: {note}")
-    _summary(outs, people, book, waiting, log)
+    _summary(outs, lms, people, book, waiting, log)
     if book is not None:  # formgrader shows the roster's names and emails from now on
         for out in outs:
             if (out.folder / "course" / "gradebook.db").exists():
@@ -363,11 +374,17 @@ def _why_not_final(row: dict) -> str:
     return f"{count} written answer(s) to grade" if count else "no score"
 
 
-def _summary(outs, people, book, waiting, log) -> None:
+def _summary(outs, lms, people, book, waiting, log) -> None:
     ungradable = sum(r["status"] == Status.UNGRADABLE for o in outs for r in o.rows)
     log(f"{sum(len(o.rows) for o in outs)} grade(s) of {len(outs)} assignment(s); "
         f"{ungradable} ungradable (scored 0, the feedback says why)"
         + (f"; {len(waiting)} not final, left empty" if waiting else ""))
+    above = [f"{o.assignment}: {r['student_id']}" for o in outs for r in o.rows
+             if final(r) and float(r["score"]) > o.max_score]
+    if above and lms in ("moodle", "d2l"):
+        log(f"{len(above)} score(s) above the maximum (extra credit: {', '.join(above)}): "
+            "Moodle's worksheet skips a grade above the assignment's maximum, Brightspace caps "
+            "it unless the grade item may exceed it")
     if book is not None and book.kind == "canvas":
         ids = {p.lms_id for ps in people.values() for p in ps.values()}
         absent = [p for p in book.people if p.lms_id not in ids]
