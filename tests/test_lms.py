@@ -338,10 +338,13 @@ def test_plain_and_the_command_line(canvas_class, tmp_path):
         "Assignment 1 (77)"]
 
 
-def test_a_roster_cell_a_spreadsheet_would_run_stays_text(canvas_class, tmp_path):
+def test_a_name_a_spreadsheet_would_run_stays_text(canvas_class, tmp_path):
+    """A name the LMS lets a student set reaches the import file and the gradebook (which
+    ``nbgrader export`` writes to a CSV as it is) as text, never as a formula."""
     out, _ = canvas_class
     (tmp_path / "roster.csv").write_text(CANVAS_ROSTER.replace('"Doe, Jane"', '"=2+2, Jane"'))
     export([out], "canvas", tmp_path / "up", roster=tmp_path / "roster.csv",
            allow_pending=True, log=lambda *a: None)
     assert canvas_import(tmp_path / "up" / "canvas_grades.csv")["rows"]["789"][0] == \
         "'=2+2, Jane"
+    assert students_in_gradebook(out)["789"] == ("Jane", "'=2+2", None)

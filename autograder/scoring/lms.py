@@ -120,7 +120,8 @@ def feedback_text(out: Output, row: dict) -> str:
         given = ("not graded yet" if answer.get("points") is None
                  else f"{points(answer['points'])} / {points(answer['max_points'])}")
         comment = f": {answer['comment']}" if answer.get("comment") else ""
-        parts.append(f"{answer['cell']}: {given}{comment}.")
+        said = f"{answer['cell']}: {given}{comment}"
+        parts.append(said if said.endswith((".", "!", "?")) else f"{said}.")
     return " ".join(parts)
 
 

@@ -22,8 +22,6 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-KINDS = ("canvas", "moodle", "d2l")
-
 
 @dataclass(frozen=True)
 class Person:
@@ -46,7 +44,6 @@ class Roster:
     assignments as "Title (id)", Brightspace grade items by name), for titling ours."""
 
     kind: str
-    path: Path
     people: list[Person] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
 
@@ -109,7 +106,7 @@ def read_roster(path: Path) -> Roster:
             people.append(Person(get(row, 0), first, last, "", get(row, ids[0]), "",
                                  get(row, ids[1]), get(row, ids[2]), get(row, ids[3])))
         titles = [h for h in header if re.search(r"\(\d+\)$", h)]
-        return Roster("canvas", path, people, titles)
+        return Roster("canvas", people, titles)
     org, user = _column(header, "OrgDefinedId"), _column(header, "Username")
     if org is not None or (user is not None and _column(header, "End-of-Line Indicator")):
         first, last = _column(header, "First Name"), _column(header, "Last Name")
@@ -118,14 +115,14 @@ def read_roster(path: Path) -> Roster:
                          get(r, last), get(r, email), get(r, org).lstrip("#"),
                          get(r, user).lstrip("#")) for r in rows]
         items = [re.sub(r" Points Grade.*$", "", h) for h in header if " Points Grade" in h]
-        return Roster("d2l", path, people, items)
+        return Roster("d2l", people, items)
     first, last = _column(header, "First name"), _column(header, "Last name", "Surname")
     email = _column(header, "Email address", "Email")
     if first is not None and last is not None:
         user = _column(header, "Username")
         people = [Person(f"{get(r, first)} {get(r, last)}".strip(), get(r, first),
                          get(r, last), get(r, email), "", get(r, user)) for r in rows]
-        return Roster("moodle", path, people)
+        return Roster("moodle", people)
     raise ValueError(
         f"roster {path} is not an LMS export this grader reads (its columns: "
         f"{', '.join(header[:8])}); pass Canvas's gradebook export (Student, ID, SIS User ID, "
@@ -163,8 +160,11 @@ def name_students(work: Path, people: dict[str, Person], overwrite: bool = False
     """Every student of ``people`` in the gradebook of ``work`` (nbgrader's course), with the
     names, email and LMS id known: formgrader lists them by name, and ``nbgrader export``
     lists every student, ungradable ones included. Names a roster gave earlier are kept
-    unless ``overwrite`` (the roster's own run)."""
+    unless ``overwrite`` (the roster's own run). Each is stored as a spreadsheet shows data
+    (``spreadsheet.cell``): ``nbgrader export`` writes them into a CSV as they are."""
     from nbgrader.api import Gradebook
+
+    from .spreadsheet import cell
 
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{Path(work) / 'gradebook.db'}") as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy notes from inside nbgrader
@@ -174,5 +174,5 @@ def name_students(work: Path, people: dict[str, Person], overwrite: bool = False
             record = gb.update_or_create_student(student)
             for column, value in known.items():
                 if value and (overwrite or not getattr(record, column)):
-                    setattr(record, column, value)
+                    setattr(record, column, cell(value))
         gb.db.commit()
