@@ -325,6 +325,13 @@ def test_plain_and_the_command_line(canvas_class, tmp_path):
     assert main(["export", str(out), "--lms", "plain", "--out", str(tmp_path / "up")]) == 2
     assert main(["export", str(out), "--lms", "canvas", "--out", str(tmp_path / "up"),
                  "--title", "no-equals-sign"]) == 2
+    (tmp_path / "odd.csv").write_text("who,what\nme,this\n")
+    (tmp_path / "moodle.csv").write_text(MOODLE_ROSTER, encoding="utf-8")
+    for roster, said in (("odd.csv", "is not an LMS export this grader reads"),
+                         ("moodle.csv", "is a Moodle export; --lms canvas needs Canvas's")):
+        with pytest.raises(ValueError, match=said):
+            export([out], "canvas", tmp_path / "up", roster=tmp_path / roster,
+                   allow_pending=True)
     assert main(["export", str(out), "--lms", "plain", "--out", str(tmp_path / "up"),
                  "--allow-pending"]) == 0
     header, *rows = read_csv(tmp_path / "up" / "grades_plain.csv")

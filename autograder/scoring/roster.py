@@ -16,6 +16,7 @@ nobody, and the caller says so.
 from __future__ import annotations
 
 import csv
+import io
 import re
 import unicodedata
 import warnings
@@ -72,7 +73,7 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"roster {path} cannot be read as a UTF-8 CSV file ({err}); export "
                          "it from the LMS again as CSV") from None
-    rows = [r for r in csv.reader(text.splitlines()) if any(c.strip() for c in r)]
+    rows = [r for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
     if not rows:
         raise ValueError(f"roster {path} is empty")
     return [h.strip() for h in rows[0]], rows[1:]
@@ -87,9 +88,9 @@ def _column(header: list[str], *names: str) -> int | None:
 
 
 def read_roster(path: Path) -> Roster:
-    """The people of a Canvas gradebook export, a Moodle participants (or grade) export, or a
-    Brightspace grade export, told apart by their headers; ValueError naming what a roster
-    needs when the file is none of them."""
+    """The people of a Canvas gradebook export, a Moodle participants (or grade, or grading
+    worksheet) export, or a Brightspace grade export, told apart by their headers; ValueError
+    naming what a roster needs when the file is none of them."""
     path = Path(path)
     header, rows = _rows(path)
 
@@ -108,7 +109,8 @@ def read_roster(path: Path) -> Roster:
         titles = [h for h in header if re.search(r"\(\d+\)$", h)]
         return Roster("canvas", people, titles)
     org, user = _column(header, "OrgDefinedId"), _column(header, "Username")
-    if org is not None or (user is not None and _column(header, "End-of-Line Indicator")):
+    if org is not None or (user is not None and
+                           _column(header, "End-of-Line Indicator") is not None):
         first, last = _column(header, "First Name"), _column(header, "Last Name")
         email = _column(header, "Email")
         people = [Person(f"{get(r, first)} {get(r, last)}".strip(), get(r, first),
@@ -117,17 +119,22 @@ def read_roster(path: Path) -> Roster:
         items = [re.sub(r" Points Grade.*$", "", h) for h in header if " Points Grade" in h]
         return Roster("d2l", people, items)
     first, last = _column(header, "First name"), _column(header, "Last name", "Surname")
-    email = _column(header, "Email address", "Email")
+    email, user = _column(header, "Email address", "Email"), _column(header, "Username")
     if first is not None and last is not None:
-        user = _column(header, "Username")
         people = [Person(f"{get(r, first)} {get(r, last)}".strip(), get(r, first),
                          get(r, last), get(r, email), "", get(r, user)) for r in rows]
+        return Roster("moodle", people)
+    full = _column(header, "Full name")
+    if full is not None and email is not None:  # e.g. an assignment's grading worksheet
+        people = [replace(from_export(get(r, full), "moodle"), email=get(r, email),
+                          username=get(r, user)) for r in rows]
         return Roster("moodle", people)
     raise ValueError(
         f"roster {path} is not an LMS export this grader reads (its columns: "
         f"{', '.join(header[:8])}); pass Canvas's gradebook export (Student, ID, SIS User ID, "
         "SIS Login ID, Section), Moodle's participants or grade export (First name, Last "
-        "name, Email address) or Brightspace's grade export (OrgDefinedId, Username, ...)")
+        "name, Email address; or Full name, Email address) or Brightspace's grade export "
+        "(OrgDefinedId, Username, ...)")
 
 
 # ------------------------------------------------------------------------ matching students
