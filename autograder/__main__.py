@@ -221,7 +221,8 @@ def parser() -> argparse.ArgumentParser:
                                           "bundles for grading outputs (the course so far)")
     p.add_argument("outputs", nargs="+", type=Path,
                    help="the --out folders of grade (or merge), one per assignment")
-    p.add_argument("--lms", required=True, choices=("canvas", "moodle", "d2l", "plain"))
+    p.add_argument("--lms", required=True, choices=("canvas", "moodle", "d2l", "plain"),
+                   help="whose import files to write (plain: one CSV for any spreadsheet)")
     p.add_argument("--out", type=Path, required=True, help="folder for the files to upload")
     p.add_argument("--roster", type=Path, default=None,
                    help="the LMS's export of its people: Canvas's gradebook export, Moodle's "

@@ -50,7 +50,6 @@ from . import gradebook, similarity
 from .feedback import write_feedback
 from .handgrading import apply, cells_of, sync, totals
 from .results import Result, Status
-from .roster import from_export, name_students
 from .spreadsheet import write_csv
 from .workers import Failure, run_jobs
 
@@ -474,6 +473,8 @@ def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
 def name_students_of(out: Path, log) -> None:
     """Every student this output is responsible for, ungradable ones too, in its gradebook
     with the name the export gave (``roster.name_students``), so formgrader shows people."""
+    from .roster import from_export, name_students
+
     manifest = json.loads((out / "manifest.json").read_text())
     people = manifest.get("people", {})
     try:
