@@ -1,5 +1,5 @@
-"""python -m autograder: release, publish, grade and self-test the course's assignments; build
-the course's book."""
+"""python -m autograder: release, publish, grade, export to the LMS and self-test the course's
+assignments; build the course's book."""
 
 from __future__ import annotations
 
@@ -115,6 +115,19 @@ def sync_command(args) -> int:
 
     sync(args.out, load_policy(args.late_policy or args.course / "late_policy.toml",
                                args.extensions))
+    return 0
+
+
+def export_command(args) -> int:
+    from .scoring.lms import export
+
+    titles = {}
+    for pair in args.title or ():
+        assignment, sep, title = pair.partition("=")
+        if not sep or not assignment or not title:
+            raise ValueError(f"--title must look like ASSIGNMENT=TITLE, got {pair!r}")
+        titles[assignment] = title
+    export(args.outputs, args.lms, args.out, args.roster, args.allow_pending, titles)
     return 0
 
 
@@ -236,6 +249,24 @@ def parser() -> argparse.ArgumentParser:
                    help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
     p.add_argument("--extensions", type=Path, default=None,
                    help="CSV (student_id, due[, assignment]): per-student due dates")
+
+    p = command("export", export_command, "write the LMS's grade import files and feedback "
+                                          "bundles for grading outputs (the course so far)")
+    p.add_argument("outputs", nargs="+", type=Path,
+                   help="the --out folders of grade (or merge), one per assignment")
+    p.add_argument("--lms", required=True, choices=("canvas", "moodle", "d2l", "plain"),
+                   help="whose import files to write (plain: one CSV for any spreadsheet)")
+    p.add_argument("--out", type=Path, required=True, help="folder for the files to upload")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="the LMS's export of its people: Canvas's gradebook export, Moodle's "
+                        "participants export, Brightspace's grade export (names, emails, ids; "
+                        "also recorded in each output's gradebook)")
+    p.add_argument("--allow-pending", action="store_true",
+                   help="write grades still waiting for a grader (or a regrade) as empty, "
+                        "the LMS's 'no grade', instead of refusing")
+    p.add_argument("--title", action="append", metavar="ASSIGNMENT=TITLE",
+                   help="the LMS's name for an assignment's column or grade item (default: "
+                        "the roster's column of the same name, else the assignment's name)")
 
     p = command("merge", merge_command, "join the outputs of sharded grade runs")
     p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")

@@ -8,6 +8,7 @@ and merged. Needs bubblewrap (``.ci/run`` installs it)."""
 import io
 import json
 import os
+import re
 import shutil
 import uuid
 import zipfile
@@ -494,6 +495,33 @@ def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_
 
     whole = book(out)  # the gradebooks agree too
     assert book(tmp_path / "merged") == {s: whole[s] for s in ids if s in whole}
+
+
+def test_grades_go_back_to_canvas(graded_first, export, tmp_path):
+    """The graded class back to Canvas, read as Canvas documents its gradebook import and its
+    Re-Upload Submissions zip (``lms_formats``, which cites them): every student of the export
+    under the user id its file names carried, with the score grades.csv gives (the ungradable
+    PDF 0), each feedback attached to the file Canvas graded (Jane's resubmission), and every
+    student in the gradebook by the name the export gave, so formgrader lists them all."""
+    from lms_formats import canvas_comments, canvas_import
+    from nbgrader.api import Gradebook
+
+    from autograder.scoring.lms import export as to_lms
+
+    out, rows = graded_first
+    to_lms([out], "canvas", tmp_path, log=lambda *a: None)
+    book = canvas_import(tmp_path / "canvas_grades.csv")
+    assert {u: float(g[A]) for u, g in book["grades"].items()} == \
+        {s: float(r["score"]) for s, r in rows.items()}
+    latest = {}  # Canvas user id -> id of the file it graded, from the export's names
+    with zipfile.ZipFile(export[0]) as zf:
+        for name in zf.namelist():
+            user, attachment = re.match(r"[a-z]+(?:_LATE)?_(\d+)_(\d+)_", name).groups()
+            latest[user] = max(latest.get(user, attachment), attachment, key=int)
+    assert canvas_comments(tmp_path / f"canvas_feedback_{A}.zip") == \
+        {u: [a] for u, a in latest.items()}
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
+        assert {s.id: s.last_name for s in gb.students} == {s: r["name"] for s, r in rows.items()}
 
 
 def test_exports_that_hold_nobody_or_are_broken(tmp_path, private_course):

@@ -13,6 +13,7 @@ from autograder.authoring.release import release
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade, read_grades
 from autograder.scoring.handgrading import sync
+from autograder.scoring.lms import export
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()),
                                 reason=f"needs bubblewrap: {sandbox_problem()}")
@@ -99,9 +100,18 @@ def test_the_written_answer_loop(course, tmp_path):
     feedback = json.loads((out / "feedback" / "blank" / "feedback.json").read_text())
     assert feedback["manual"][0]["comment"] == "No response."
 
-    # a TA grades it in formgrader; sync brings it into grades.csv and the feedback
+    # no LMS file while a written answer waits for its grader
+    with pytest.raises(ValueError, match=r"not final: 01_language_models: answered \(1 written"):
+        export([out], "plain", tmp_path / "lms", log=lambda *a: None)
+
+    # a TA grades it in formgrader; sync brings it into grades.csv, the feedback and the LMS file
     _give(out, "answered", 1.5, "Right idea; say what you measured.")
     row = {r["student_id"]: r for r in sync(out, None, log=lambda *a: None)}["answered"]
+    export([out], "plain", tmp_path / "lms", log=lambda *a: None)
+    lms = {r["student_id"]: r for r in read_grades(tmp_path / "lms" / "grades_plain.csv")}
+    assert float(lms["answered"]["score"]) == auto + 1.5
+    assert "explain_unigram: 1.5 / 2: Right idea; say what you measured." in \
+        lms["answered"]["feedback"]
     assert (row["status"], row["score"], row["manual_score"], row["needs_manual"]) == \
         ("graded", auto + 1.5, 1.5, 0)
     html = (out / "feedback" / "answered" / "feedback.html").read_text()

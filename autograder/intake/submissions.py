@@ -25,7 +25,7 @@ import re
 import shutil
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,6 +52,8 @@ class Entry:
     when: datetime | None = None  # the LMS's time for it, when the layout or zip records one
     rank: tuple = ()  # extra ordering the LMS gives (a submission id), newest last
     unreadable: str = ""  # why the export's copy of it could not be unpacked ("" if it could)
+    lms: str = ""  # the layout that named it: canvas, moodle, blackboard, d2l ("" if none)
+    exported: str = ""  # the name that identifies the student in the export (file or folder)
 
 
 @dataclass
@@ -62,6 +64,9 @@ class Submission:
     name: str = ""  # the display name, when the LMS gives one
     note: str = ""  # what was salvaged, graded or ignored
     when: datetime | None = None  # the LMS's time for the graded file
+    lms: str = ""  # the layout the export had (``Entry.lms``): grades go back in its format
+    exported: str = ""  # the name the LMS gave the graded file or the student's folder, which
+    # its feedback upload expects back (Canvas: user and file ids; Moodle: participant id)
 
     @property
     def timestamp(self) -> datetime | None:
@@ -196,16 +201,18 @@ def _flat_file(path: Path) -> tuple[str, str, Entry] | None:
     (Blackboard's per-attempt .txt receipt)."""
     name = path.name
     if m := _CANVAS.match(name):
-        return m["uid"], m["name"], Entry(path, m["file"], _mtime(path), (int(m["sid"]),))
+        return m["uid"], m["name"], Entry(path, m["file"], _mtime(path), (int(m["sid"]),),
+                                          lms="canvas", exported=name)
     if m := _BLACKBOARD.match(name):
         if m["file"] is None:
             return None  # the attempt's receipt, not a submission
         when = _utc(m["when"], "%Y-%m-%d-%H-%M-%S")
-        return m["uid"], m["uid"], Entry(path, m["file"], when)
+        return m["uid"], m["uid"], Entry(path, m["file"], when, lms="blackboard", exported=name)
     if m := _D2L.match(name):
         when = _utc(m["when"], "%b %d, %Y %I%M %p")
-        return m["name"], m["name"], Entry(path, m["file"] or name, when, (int(m["sid"]),))
-    return path.name.split(".")[0], "", Entry(path, name, _mtime(path))
+        return m["name"], m["name"], Entry(path, m["file"] or name, when, (int(m["sid"]),),
+                                           lms="d2l", exported=name)
+    return path.name.split(".")[0], "", Entry(path, name, _mtime(path), exported=name)
 
 
 def _student_folder(folder: Path) -> tuple[str, str, list[Entry]]:
@@ -215,12 +222,13 @@ def _student_folder(folder: Path) -> tuple[str, str, list[Entry]]:
         flat = _flat_file(path) if _D2L.match(path.name) else None
         entries.append(flat[2] if flat else Entry(path, path.name, _mtime(path)))
     if m := _MOODLE.match(folder.name):
-        return m["uid"], m["name"], entries
+        return m["uid"], m["name"], [replace(e, lms="moodle", exported=folder.name)
+                                     for e in entries]
     if m := _D2L.match(folder.name):
         when = _utc(m["when"], "%b %d, %Y %I%M %p")
-        return m["name"], m["name"], [Entry(e.path, e.original, when, (int(m["sid"]),))
-                                      for e in entries]
-    return folder.name, "", entries
+        return m["name"], m["name"], [Entry(e.path, e.original, when, (int(m["sid"]),),
+                                            lms="d2l", exported=folder.name) for e in entries]
+    return folder.name, "", [replace(e, exported=folder.name) for e in entries]
 
 
 def _students(root: Path) -> list[_Student]:
@@ -251,6 +259,16 @@ def _students(root: Path) -> list[_Student]:
         student = students.setdefault(key, _Student(key, name))
         student.entries += entries
     return [students[k] for k in sorted(students)]
+
+
+def name_parts(lms: str, exported: str) -> dict[str, str]:
+    """The parts of the name ``lms`` gave a student's file or folder (``Submission.exported``):
+    Canvas's name, late mark, user id (uid), submitted file's id (sid) and file; Moodle's full
+    name and participant id (uid); Brightspace's submission ids and full name; {} when the
+    name is not of that layout."""
+    pattern = {"canvas": _CANVAS, "moodle": _MOODLE, "blackboard": _BLACKBOARD, "d2l": _D2L}
+    found = pattern[lms].match(exported) if lms in pattern else None
+    return found.groupdict(default="") if found else {}
 
 
 def _known(path: Path) -> bool:
@@ -389,8 +407,11 @@ def _choose(student_id: str, entries, assignment: str, scratch: Path | None,
         notebook, note = _gradable(entry, scratch / str(len(usable)))
         (usable if notebook else problems).append((entry, notebook, note))
     if not usable:
+        latest = max(entries, key=lambda e: (e.when or datetime.min.replace(tzinfo=timezone.utc),
+                                             e.rank))
         return Submission(student_id, None, "no notebook found: " +
-                          "; ".join(note for *_, note in problems), name)
+                          "; ".join(note for *_, note in problems), name,
+                          lms=latest.lms, exported=latest.exported)
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     usable.sort(key=lambda u: (u[0].when or epoch, u[0].rank, _resubmission(u[0].original)))
     entry, notebook, note = usable[-1]
@@ -399,7 +420,8 @@ def _choose(student_id: str, entries, assignment: str, scratch: Path | None,
     if ignored:
         notes.append(f"graded {entry.original}, the latest submitted; ignored "
                      f"{', '.join(ignored)}")
-    return Submission(student_id, notebook, "", name, "; ".join(notes), entry.when)
+    return Submission(student_id, notebook, "", name, "; ".join(notes), entry.when, entry.lms,
+                      entry.exported)
 
 
 def _resubmission(name: str) -> int:

@@ -420,6 +420,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
+    name_students_of(out, log)
     return sync(out, settings.policy, log=log)  # with the manual grades the gradebook keeps
 
 
@@ -484,9 +485,26 @@ def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
             sandbox.cleanup(template_name(os.getpid(), index))
 
 
+def name_students_of(out: Path, log) -> None:
+    """Every student this output is responsible for, ungradable ones too, in its gradebook
+    with the name the export gave (``roster.name_students``), so formgrader shows people."""
+    from .roster import from_export, name_students
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    people = manifest.get("people", {})
+    try:
+        name_students(out / "course", {s: from_export(people[s]["name"], people[s]["lms"])
+                                       for s in manifest["responsible"] if s in people})
+    except Exception as err:  # names are for people reading formgrader; grades stand without
+        log(f"names not recorded in the gradebook ({type(err).__name__}: {str(err)[:200]})")
+
+
 def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:
-    """Who was in the export and who this output is responsible for (``merge`` checks it)."""
+    """Who was in the export and who this output is responsible for (``merge`` checks it), and
+    how the export named each student (``people``: grades go back to the LMS by it)."""
     data = {"assignment": assignment, "shard": list(shard) if shard else None,
             "students": [s.student_id for s in subs],
-            "responsible": [s.student_id for s in mine]}
+            "responsible": [s.student_id for s in mine],
+            "people": {s.student_id: {"name": s.name, "lms": s.lms, "exported": s.exported}
+                       for s in subs}}
     (out / "manifest.json").write_text(json.dumps(data, indent=1))

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from . import gradebook, similarity
-from .grade import read_grades, write_grades
+from .grade import name_students_of, read_grades, write_grades
 from .handgrading import sync
 
 
@@ -92,6 +92,7 @@ def merge(outputs: list[Path], dest: Path, log=print) -> list[dict]:
         (staging / "manifest.json").write_text(json.dumps(
             {**first, "shard": None, "responsible": first["students"]}, indent=1))
         sync(staging, None, log=lambda *a: None)  # the manual grades kept, in the rows
+        name_students_of(staging, log)
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
