@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lectures", nargs="+", default=["03", "05", "08"])
     parser.add_argument("--precisions", nargs="+", default=["bf16"],
                         choices=["bf16", "fp16"], help="half types to run beside float32")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     settings = ["fp32", *args.precisions]
     for number in args.lectures:
