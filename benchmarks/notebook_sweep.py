@@ -23,15 +23,16 @@ from pathlib import Path
 from seqlab.results import Check
 
 
-def one_run(notebook: Path, seed: int, threads: int, out: Path) -> dict:
-    """Execute ``notebook`` once with ``seqlab.course.run_notebook``; return its records and
-    what failed."""
+def one_run(notebook: Path, seed: int, threads: int, out: Path, env=None) -> dict:
+    """Execute ``notebook`` once with ``seqlab.course.run_notebook`` (``env`` added to its
+    kernel's environment); return its records and what failed."""
     import nbformat
 
     from seqlab.course import run_notebook
 
     seconds = run_notebook(notebook, out, timeout=3600, parameters=f"SEED = {seed}",
-                           env={"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"},
+                           env={"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
+                                **(env or {})},
                            allow_errors=True)
     failures = []
     for index, cell in enumerate(nbformat.read(out / notebook.name, as_version=4).cells):

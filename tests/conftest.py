@@ -9,6 +9,8 @@ import matplotlib
 import pytest
 from helpers import Handler
 
+import seqlab  # noqa: F401  before any test imports torch: how its threads wait (seqlab.threads)
+
 matplotlib.use("Agg")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,8 @@
 import json
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -148,3 +151,27 @@ def test_fast_mode_by_default_without_a_gpu(monkeypatch, capsys):
     monkeypatch.setenv("SEQLAB_FAST", "maybe")
     with pytest.raises(ValueError, match="SEQLAB_FAST"):
         fast_mode()
+
+
+def test_seqlab_gives_torch_one_thread_unless_told_otherwise(monkeypatch):
+    """``import seqlab`` sets ``OMP_NUM_THREADS=1`` before torch loads (``seqlab.threads``);
+    a count already in the environment is kept, and a torch loaded earlier is set too."""
+    from seqlab import threads
+
+    code = ("import os, seqlab, torch\n"
+            "print(os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    for extra, expected in (({}, ["1", "1"]), ({"OMP_NUM_THREADS": "2"}, ["2", "2"])):
+        out = subprocess.run([sys.executable, "-c", code], env={**env, **extra},
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert out == expected
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert not threads.configure()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert threads.configure() and torch.get_num_threads() == 1  # torch was loaded first
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+    finally:
+        torch.set_num_threads(before)

@@ -11,14 +11,17 @@ Every lecture notebook imports from here and shows the source of what it teaches
   training loop), ``metrics`` (scores of generated text beside BLEU), ``tensors`` (one walk over
   nested tensors, eval mode), ``validate`` (argument checks, one message format), ``config``
   (one way to size a model: a config dataclass plus keyword overrides, one vocabulary of size
-  names), ``device``, ``seeding``, ``results`` (what a run records, and ``claim``: a lecture's
-  stated result, asserted and recorded), ``viz``.
+  names), ``device`` (the device and the training precision, ``SEQLAB_PRECISION``),
+  ``threads`` (how torch's CPU threads wait, set before torch loads), ``seeding``,
+  ``results`` (what a run records, and ``claim``: a lecture's stated result, asserted and
+  recorded), ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder, with
   ``alt_text`` in each kernel, so figures carry their titles as alt text; points them at
   Colab). Model modules never import these, the training loop or the metrics.
 """
 
+from . import threads  # noqa: F401  first: sets how torch's CPU threads wait, before torch loads
 from .device import autocast, fast_mode, get_device
 from .results import claim, record
 from .seeding import seed_everything

@@ -46,8 +46,9 @@ def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """e_i = s . h_i / sqrt(d): keeps scores of large vectors from saturating the softmax."""
-    return dot_score(query, keys) / math.sqrt(query.shape[-1])
+    """e_i = s . h_i / sqrt(d): keeps scores of large vectors from saturating the softmax.
+    The query is scaled before the product, so the product cannot overflow half precision."""
+    return dot_score(query / math.sqrt(query.shape[-1]), keys)
 
 
 class BilinearScore(nn.Module):
@@ -161,7 +162,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             f"shapes do not fit: query {tuple(query.shape)}, key {tuple(key.shape)}, value "
             f"{tuple(value.shape)}; need query (..., T, d), key (..., S, d), value (..., S, d_v)"
         )
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    # scaled before the product, as torch's fused kernel does: Q K^T itself may exceed
+    # float16's largest number (65,504) where Q K^T / sqrt(d) does not
+    scores = (query / math.sqrt(query.shape[-1])) @ key.transpose(-2, -1)
     if mask is not None:
         _check("mask", mask)
         try:

@@ -35,9 +35,8 @@ def lecture_notebooks(folder: Path | str = "notebooks") -> list[Path]:
 
 def _kernel_environment(path: Path, out_dir: Path, fast: bool = True, env=None) -> dict[str, str]:
     """What the kernel running ``path`` sees: this process's environment, ``env`` on top, then
-    seqlab's settings. (Sweeps that run several kernels at once pass ``OMP_WAIT_POLICY=PASSIVE``:
-    there spinning threads steal each other's cores. A lone run keeps OpenMP's default, which
-    is about 1.5 times faster on an idle 2-core machine.)"""
+    seqlab's settings. torch's thread count is the kernel's ``import seqlab``'s to set
+    (``seqlab.threads``: one, unless ``OMP_NUM_THREADS`` in ``env`` or here says otherwise)."""
     return {**os.environ, **(env or {}),
             "SEQLAB_FAST": "1" if fast else "0", "SEQLAB_NOTEBOOK": Path(path).stem,
             "SEQLAB_RESULTS": str(Path(out_dir).resolve() / "results")}

@@ -88,32 +88,60 @@ def fast_mode(announce: bool = True) -> bool:
     return fast
 
 
-def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
-    """The mixed-precision type that pays on ``device``, or None for plain float32.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_HALF = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-    bfloat16 where the GPU computes it natively (compute capability 8.0 and up: A100, H100,
-    L4, RTX 30xx); float16 on older CUDA GPUs such as Colab's free T4 (7.5), which needs a
-    gradient scaler (``grad_scaler``) because float16 gradients underflow; none on CPU and MPS,
-    so results there are float32 and the same with or without this.
+
+def precision(setting: str | None = None) -> str:
+    """The training precision asked for: ``setting``, else ``SEQLAB_PRECISION``, else "auto".
+
+    One of ``PRECISIONS``: "auto" (the device decides, see ``autocast_dtype``), "fp32" (no
+    autocast), "bf16" or "fp16" (autocast in that type on any device, the CPU included: how
+    tests run the GPU's half-precision paths on a machine without one).
+    """
+    if setting is not None and not isinstance(setting, str):
+        raise TypeError(f"precision must be a str, one of {', '.join(PRECISIONS)}, got "
+                        f"{type(setting).__name__}")
+    name = "precision" if setting is not None else "SEQLAB_PRECISION"
+    value = setting if setting is not None else os.environ.get("SEQLAB_PRECISION", "")
+    chosen = value.strip().lower() or "auto"
+    if chosen not in PRECISIONS:
+        raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return chosen
+
+
+def autocast_dtype(device: torch.device | str, setting: str | None = None) -> torch.dtype | None:
+    """The half-precision type autocast computes in on ``device``, or None for plain float32.
+
+    ``setting`` (else ``SEQLAB_PRECISION``, see ``precision``) "auto": bfloat16 where the GPU
+    computes it natively (compute capability 8.0 and up: A100, H100, L4, RTX 30xx); float16 on
+    older CUDA GPUs such as Colab's free T4 (7.5), which needs a gradient scaler
+    (``grad_scaler``) because float16 gradients underflow; none on CPU and MPS, so results there
+    are float32. "bf16", "fp16" and "fp32" choose the type on every device.
     """
     device = torch.device(device) if isinstance(device, str) else device
     if not isinstance(device, torch.device):
         raise TypeError(f"device must be a torch.device or str, got {type(device).__name__}")
+    chosen = precision(setting)
+    if chosen != "auto":
+        return _HALF[chosen]
     if device.type != "cuda":
         return None
     major, _ = torch.cuda.get_device_capability(device)
     return torch.bfloat16 if major >= 8 and torch.cuda.is_bf16_supported() else torch.float16
 
 
-def autocast(device: torch.device | str, enabled: bool = True):
-    """Mixed precision where it pays (see ``autocast_dtype``); a no-op context elsewhere."""
-    dtype = autocast_dtype(device)
+def autocast(device: torch.device | str, enabled: bool = True, setting: str | None = None):
+    """Mixed precision as ``autocast_dtype`` decides; a no-op context under float32."""
+    dtype = autocast_dtype(device, setting)
     if enabled and dtype is not None:
-        return torch.autocast(device_type="cuda", dtype=dtype)
+        return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
     return contextlib.nullcontext()
 
 
-def grad_scaler(device: torch.device | str, enabled: bool = True) -> torch.amp.GradScaler:
-    """A gradient scaler that is active only when ``autocast`` uses float16 (a no-op otherwise)."""
-    on = enabled and autocast_dtype(device) == torch.float16
-    return torch.amp.GradScaler("cuda", enabled=on)
+def grad_scaler(device: torch.device | str, enabled: bool = True, setting: str | None = None
+                ) -> torch.amp.GradScaler:
+    """A gradient scaler, active only when ``autocast`` computes in float16 (whose small
+    gradients would underflow to 0); a no-op otherwise."""
+    on = enabled and autocast_dtype(device, setting) == torch.float16
+    return torch.amp.GradScaler(torch.device(device).type, enabled=on)

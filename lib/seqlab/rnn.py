@@ -323,7 +323,19 @@ class StackedRNN(nn.Module):
 
 
 # ---------------------------------------------------------------------- RNN LM for training
-_TORCH_RNNS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+class LSTM(nn.LSTM):
+    """torch's LSTM, computed in float32 under CPU float16 autocast, where torch's CPU LSTM
+    (oneDNN) has no float16 kernel; bfloat16, and float16 on a GPU, run as torch decides."""
+
+    def forward(self, input, hx=None):
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16:
+            with torch.autocast("cpu", enabled=False):
+                return super().forward(input.float(),
+                                       None if hx is None else tuple(h.float() for h in hx))
+        return super().forward(input, hx)
+
+
+_TORCH_RNNS = {"rnn": nn.RNN, "lstm": LSTM, "gru": nn.GRU}
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from .attention import make_score, masked_softmax
 from .data import pad_batch
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
-from .rnn import RNNConfig, batch_first_state, layer_first_state
+from .rnn import LSTM, RNNConfig, batch_first_state, layer_first_state
 from .tensors import evaluating
 from .validate import number
 
-_RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+_RNNS = {"gru": nn.GRU, "lstm": LSTM}
 DEFAULTS = RNNConfig(cell="gru")  # the encoder-decoders of lectures 03 and 04
 
 

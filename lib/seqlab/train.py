@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .device import autocast, get_device, grad_scaler
+from .device import autocast, get_device, grad_scaler, precision
 from .progress import progress_bar
 from .tensors import evaluating, map_tensors
 from .validate import integer, number
@@ -96,10 +96,10 @@ def evaluate(model: torch.nn.Module, data, loss_fn: Callable, device=None) -> fl
     """Mean loss per target over ``data`` (each batch's mean weighted by its count of targets),
     in eval mode, without gradients."""
     device = device or next(model.parameters()).device
-    total, count = 0.0, 0
+    setting, total, count = precision(), 0.0, 0
     with evaluating(model):
         for batch in _batches(data):
-            with autocast(device):
+            with autocast(device, setting=setting):
                 mean, n = _token_loss(loss_fn(model, to_device(batch, device)), loss_fn)
             n = int(n)
             if n:  # a batch with no targets has a NaN mean and adds nothing
@@ -142,8 +142,10 @@ def fit(
     - ``on_step(step, loss)`` after every optimizer step and ``on_epoch(epoch, history)`` after
       every epoch: hooks for schedules of your own (scheduled sampling's teacher-forcing rate).
     - ``checkpoint``: save model, optimizer and history there after every epoch.
-    - On CUDA the forward pass runs under autocast (bfloat16 where the GPU has it natively,
-      float16 with a gradient scaler elsewhere); on CPU and MPS in float32.
+    - The forward pass runs under ``seqlab.device.autocast``: by default (``SEQLAB_PRECISION``
+      unset or "auto") bfloat16 on a CUDA GPU that has it natively, float16 with a gradient
+      scaler on older ones, float32 on CPU and MPS; "bf16", "fp16" or "fp32" force a type on
+      every device (the CPU too).
     """
     integer("epochs", epochs, 1)
     if clip is not None:
@@ -156,7 +158,8 @@ def fit(
             raise ValueError("eval_every (evaluating every N steps) needs valid_data")
     device = device or get_device()
     model.to(device)
-    scaler = grad_scaler(device)
+    setting = precision()  # read once: a run trains in one precision
+    scaler = grad_scaler(device, setting=setting)
     # On a GPU, reading the loss (.item()) makes the CPU wait for the GPU; do it every
     # `sync_every` steps, not every step, so the GPU always has the next step queued.
     sync_every = 1 if device.type != "cuda" or on_step is not None else 25
@@ -170,7 +173,7 @@ def fit(
         bar = progress_bar(batches, total=total, desc=f"epoch {epoch + 1}/{epochs}",
                            disable=not progress, leave=False)
         for batch in bar:
-            with autocast(device):
+            with autocast(device, setting=setting):
                 loss, _ = _token_loss(loss_fn(model, to_device(batch, device)), loss_fn)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
