@@ -83,6 +83,17 @@ def test_a_named_notebook_that_does_not_exist_is_refused(tmp_path, capsys):
     assert "01_missing.ipynb" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args", [["--notebooks", "notebooks", "01_tiny.ipynb"],
+                                  ["notebooks/01_tiny.ipynb"]], ids=["in-folder", "path"])
+def test_a_named_lecture_runs_by_its_name_in_the_folder_or_by_its_path(tmp_path, monkeypatch,
+                                                                       args):
+    _lecture(tmp_path / "notebooks")
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--out", "out"]) == 0
+    assert (tmp_path / "out" / "01_tiny.ipynb").is_file()
+    assert json.loads((tmp_path / "out" / "results" / "01_tiny.json").read_text())["seed"] == 0
+
+
 def test_environment_and_parameters_reach_the_kernel_only(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # a caller's choice is kept
     monkeypatch.delenv("COURSE_TEST_EXTRA", raising=False)

@@ -1,7 +1,8 @@
 """Run the lecture notebooks headless, as CI and ``make course`` do, and point them at Colab.
 
 ``python -m seqlab.course [--notebooks DIR] [--full] [--out executed/] [notebooks...]`` executes
-each notebook (default: every ``NN_*.ipynb`` of ``./notebooks``) in a fresh kernel with
+each notebook named (by its name in DIR, or by its path; default: every ``NN_*.ipynb`` of DIR,
+``./notebooks`` unless given) in a fresh kernel with
 ``SEQLAB_FAST`` set, writes the executed copy and collects every ``seqlab.record``-ed number in
 ``<out>/results/<notebook>.json``.
 
@@ -182,6 +183,12 @@ def colab_main(argv) -> int:
     return 1 if args.check and stale else 0
 
 
+def _named(path: Path, folder: Path) -> Path:
+    """A notebook named on the command line: in the lectures' folder if it is there
+    (``--notebooks notebooks 03_seq2seq.ipynb``), else as given (``notebooks/03_seq2seq.ipynb``)."""
+    return folder / path if not path.is_absolute() and (folder / path).is_file() else path
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["colab"]:
@@ -189,14 +196,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seqlab.course",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every lecture in --notebooks)")
+                        help="notebooks to run, by name in --notebooks or by path (default: "
+                             "every lecture in --notebooks)")
     parser.add_argument("--notebooks", dest="folder", type=Path, default=Path("notebooks"),
                         help="the lectures' folder (default: ./notebooks)")
     parser.add_argument("--full", action="store_true", help="full mode (GPU-sized), not FAST")
     parser.add_argument("--out", type=Path, default=Path("executed"), help="output folder")
     args = parser.parse_args(argv)
-    paths = args.notebooks or lecture_notebooks(args.folder)
-    missing = [str(p) for p in paths if not p.is_file()]
+    paths = ([_named(p, args.folder) for p in args.notebooks] if args.notebooks
+             else lecture_notebooks(args.folder))
+    missing = [f"{p} (looked in {args.folder.resolve()} and {Path.cwd()})"
+               for p in paths if not p.is_file()]
     if not paths or missing:
         where = (", ".join(missing) if missing
                  else f"no NN_*.ipynb lectures in {args.folder.resolve()}")
