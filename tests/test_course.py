@@ -12,6 +12,7 @@ import nbformat
 import pytest
 from helpers import fresh_venv
 
+from seqlab import measured
 from seqlab.course import main, run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +93,18 @@ def test_a_named_lecture_runs_by_its_name_in_the_folder_or_by_its_path(tmp_path,
     assert main([*args, "--out", "out"]) == 0
     assert (tmp_path / "out" / "01_tiny.ipynb").is_file()
     assert json.loads((tmp_path / "out" / "results" / "01_tiny.json").read_text())["seed"] == 0
+
+
+def test_a_full_mode_run_writes_the_record_the_library_ships(tmp_path, monkeypatch, capsys):
+    _lecture(tmp_path / "notebooks")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--full", "--record", "measured", "01_tiny.ipynb", "--out", "out"]) == 0
+    full = measured.full_mode("01_tiny", tmp_path / "measured")
+    assert full.records["fast"] == "0" and full.records["seed"] == 0
+    assert "python -m seqlab.course --full 01_tiny.ipynb" in full.describe()
+    with pytest.raises(SystemExit):
+        main(["--record", "measured", "01_tiny.ipynb"])  # a FAST run is no full-mode record
+    assert "--record writes full-mode records: pass --full too" in capsys.readouterr().err
 
 
 def test_environment_and_parameters_reach_the_kernel_only(tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ Every lecture notebook imports from here and shows the source of what it teaches
   nested tensors, eval mode), ``validate`` (argument checks, one message format), ``config``
   (one way to size a model: a config dataclass plus keyword overrides, one vocabulary of size
   names), ``device``, ``seeding``, ``results`` (what a run records, and ``claim``: a lecture's
-  stated result, asserted and recorded), ``viz``.
+  stated result, asserted and recorded), ``measured`` (what was measured once and ships: each
+  lecture's claims over seeds and thread counts, and a full-mode run), ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder; points
   them at Colab). Model modules never import these, the training loop or the metrics.

@@ -1,10 +1,11 @@
 """Run the lecture notebooks headless, as CI and ``make course`` do, and point them at Colab.
 
 ``python -m seqlab.course [--notebooks DIR] [--full] [--out executed/] [notebooks...]`` executes
-each notebook named (by its name in DIR, or by its path; default: every ``NN_*.ipynb`` of DIR,
-``./notebooks`` unless given) in a fresh kernel with
-``SEQLAB_FAST`` set, writes the executed copy and collects every ``seqlab.record``-ed number in
-``<out>/results/<notebook>.json``.
+each notebook named (by its name in DIR or by its path; default: every ``NN_*.ipynb`` of DIR,
+``./notebooks`` unless given) in a fresh kernel with ``SEQLAB_FAST`` set, writes the executed
+copy and collects every ``seqlab.record``-ed number in ``<out>/results/<notebook>.json``. With
+``--full --record DIR`` it also writes them, with where and when they were measured, to
+``DIR/<notebook>.full.json`` (``seqlab.measured``: the full-mode records lectures print).
 
 ``python -m seqlab.course colab [--root DIR] [--repo URL] [--branch NAME] [--check]`` writes the
 course's address (kept in one place: ``[tool.seqlab.colab]`` of the course's pyproject.toml) into
@@ -183,6 +184,16 @@ def colab_main(argv) -> int:
     return 1 if args.check and stale else 0
 
 
+def _record_full(path: Path, out: Path, seconds: float, folder: Path) -> None:
+    """Write what a full-mode run of ``path`` recorded, with where it ran, into ``folder``."""
+    from . import measured
+
+    results = json.loads((Path(out) / "results" / f"{path.stem}.json").read_text())
+    record = measured.full_record(path.stem, results, seconds,
+                                  f"python -m seqlab.course --full {path.name}")
+    print(f"{path.name}: full-mode record written to {measured.write(record, folder)}")
+
+
 def _named(path: Path, folder: Path) -> Path:
     """A notebook named on the command line: in the lectures' folder if it is there
     (``--notebooks notebooks 03_seq2seq.ipynb``), else as given (``notebooks/03_seq2seq.ipynb``)."""
@@ -202,7 +213,13 @@ def main(argv=None) -> int:
                         help="the lectures' folder (default: ./notebooks)")
     parser.add_argument("--full", action="store_true", help="full mode (GPU-sized), not FAST")
     parser.add_argument("--out", type=Path, default=Path("executed"), help="output folder")
+    parser.add_argument("--record", type=Path, metavar="DIR",
+                        help="with --full: also write each lecture's results, with where and "
+                             "when they were measured, to DIR/<lecture>.full.json (the "
+                             "full-mode records the course ships in seqlab/data/measured)")
     args = parser.parse_args(argv)
+    if args.record and not args.full:
+        parser.error("--record writes full-mode records: pass --full too")
     paths = ([_named(p, args.folder) for p in args.notebooks] if args.notebooks
              else lecture_notebooks(args.folder))
     missing = [f"{p} (looked in {args.folder.resolve()} and {Path.cwd()})"
@@ -219,6 +236,8 @@ def main(argv=None) -> int:
         try:
             seconds = run_notebook(path, args.out, fast=not args.full)
             print(f"{path.name}: {seconds:.1f} s")
+            if args.record:
+                _record_full(path, args.out, seconds, args.record)
         except Exception as err:  # report every notebook, then fail
             failed.append(path.name)
             print(f"{path.name}: FAILED\n{err}", file=sys.stderr)
