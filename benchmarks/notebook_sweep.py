@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import resource
 import subprocess
 import sys
@@ -32,23 +31,12 @@ from seqlab.results import Check
 def one_run(notebook: Path, seed: int, threads: int, out: Path) -> dict:
     """Execute ``notebook`` once with ``seqlab.course.run_notebook``; return its records and
     what failed."""
-    import nbformat
-
-    from seqlab.course import run_notebook
+    from seqlab.course import run_notebook, unexpected_errors
 
     seconds = run_notebook(notebook, out, timeout=3600, parameters=f"SEED = {seed}",
                            env={"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"},
                            allow_errors=True)
-    failures = []
-    unrecorded = f"no sweep record of {notebook.stem} "  # the record this sweep is to write
-    for index, cell in enumerate(nbformat.read(out / notebook.name, as_version=4).cells):
-        for output in cell.get("outputs", []):
-            if output.output_type == "error" and not (
-                    output.ename == "NotMeasured" and output.evalue.startswith(unrecorded)):
-                lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
-                failed = [t for line in lines for t in line.splitlines()
-                          if t.lstrip().startswith("--->")]
-                failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
+    failures = unexpected_errors(out / notebook.name)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel, once it has exited
     records = out / "results" / f"{notebook.stem}.json"
     return {"seed": seed, "threads": threads, "seconds": seconds,

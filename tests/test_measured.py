@@ -33,7 +33,7 @@ def _headline(records):
 def test_a_sweep_record_reads_back_as_the_lecture_prints_it(tmp_path, capsys):
     runs = [_run(0, 1, 0.95, 0.5), _run(1, 1, 1.0, 0.93), _run(0, 2, 0.97)]
     path = measured.write(measured.sweep_record("02_demo", runs, _headline, "a sweep"), tmp_path)
-    assert path.name == "02_demo.sweep.json"
+    assert path.name == "02_demo.sweep.json" and path.stat().st_mode & 0o777 == 0o644
     sweep = measured.sweep("02_demo", tmp_path)
     assert sweep.spread("LSTM agreement accuracy") == (0.95, 1.0)
     assert sweep.held("LSTM agreement accuracy") == (3, 3)
@@ -58,7 +58,8 @@ def test_a_full_mode_record_reads_back(tmp_path):
     assert full.claim("full: gap") == 3.0
     with pytest.raises(AssertionError, match="did not hold"):
         full.claim("full: broken")
-    assert "a full run" in full.describe() and "42 s" in full.describe()
+    assert "a full run" in full.describe()
+    assert full.record["measured"]["seconds"] == 41.7
 
 
 def test_missing_or_mislabelled_records_are_refused(tmp_path):

@@ -77,6 +77,27 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
     return time.perf_counter() - start
 
 
+def unexpected_errors(executed: Path) -> list[str]:
+    """The failures an executed notebook holds, each as "cell N: the line that failed". Left
+    out: a cell that read the lecture's own sweep record before there was one (the sweep that
+    writes it, and the full-mode run that comes before, run the lecture without it)."""
+    import nbformat
+
+    executed = Path(executed)
+    unrecorded = f"no sweep record of {executed.stem} "
+    failures = []
+    for index, cell in enumerate(nbformat.read(executed, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            if output.output_type != "error" or (
+                    output.ename == "NotMeasured" and output.evalue.startswith(unrecorded)):
+                continue
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
+            failed = [t for line in lines for t in line.splitlines()
+                      if t.lstrip().startswith("--->")]
+            failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
+    return failures
+
+
 # ---------------------------------------------------------------------- Colab
 def colab_address(pyproject: Path | str = "pyproject.toml") -> tuple[str, str]:
     """(repository URL, branch) from ``[tool.seqlab.colab]`` of the course's pyproject.toml."""
@@ -234,9 +255,13 @@ def main(argv=None) -> int:
     failed = []
     for path in paths:
         try:
-            seconds = run_notebook(path, args.out, fast=not args.full)
+            seconds = run_notebook(path, args.out, fast=not args.full,
+                                   allow_errors=bool(args.record))
             print(f"{path.name}: {seconds:.1f} s")
             if args.record:
+                errors = unexpected_errors(Path(args.out) / path.name)
+                if errors:
+                    raise RuntimeError("no record written: " + "; ".join(errors))
                 _record_full(path, args.out, seconds, args.record)
         except Exception as err:  # report every notebook, then fail
             failed.append(path.name)

@@ -87,6 +87,7 @@ def write(record: dict, folder: Path | str = FOLDER) -> Path:
     with os.fdopen(fd, "w") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
         handle.write("\n")
+    os.chmod(tmp, 0o644)  # package data: readable by everyone, as the library's other files
     os.replace(tmp, path)
     return path
 
@@ -193,7 +194,7 @@ class Full:
     def describe(self) -> str:
         m = self.record["measured"]
         return (f"full mode, as one run measured it ({m['command']}): {m['date']}, "
-                f"{m['machine']}, torch {m['torch']}, {m['seconds']:.0f} s")
+                f"{m['machine']}, torch {m['torch']}")
 
 
 def sweep(notebook: str, folder: Path | str = FOLDER) -> Sweep:
