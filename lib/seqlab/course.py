@@ -234,6 +234,8 @@ def main(argv=None) -> int:
                         help="the lectures' folder (default: ./notebooks)")
     parser.add_argument("--full", action="store_true", help="full mode (GPU-sized), not FAST")
     parser.add_argument("--out", type=Path, default=Path("executed"), help="output folder")
+    parser.add_argument("--timeout", type=int, default=1800,
+                        help="seconds one cell may run (default 1800; a busy machine needs more)")
     parser.add_argument("--record", type=Path, metavar="DIR",
                         help="with --full: also write each lecture's results, with where and "
                              "when they were measured, to DIR/<lecture>.full.json (the "
@@ -255,7 +257,7 @@ def main(argv=None) -> int:
     failed = []
     for path in paths:
         try:
-            seconds = run_notebook(path, args.out, fast=not args.full,
+            seconds = run_notebook(path, args.out, fast=not args.full, timeout=args.timeout,
                                    allow_errors=bool(args.record))
             print(f"{path.name}: {seconds:.1f} s")
             if args.record:
