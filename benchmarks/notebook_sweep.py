@@ -5,14 +5,18 @@ Each run executes the notebook in FAST mode in a fresh process through the cours
 (``seqlab.course.run_notebook``), with ``SEED = s`` added to its parameters cell and
 ``OMP_NUM_THREADS=n`` in the kernel's environment (torch's thread count; idle OpenMP threads
 sleep, ``OMP_WAIT_POLICY=PASSIVE``, since runs share the cores). Every cell runs even
-after a failed assertion, so one run reports every conclusion that did not hold (cell and line).
+after a failed assertion, so one run reports every conclusion that did not hold (cell and line);
+a cell that prints the sweep's own record, before there is one, is not a conclusion.
+
+``--record lib/seqlab/data/measured`` also writes the sweep's record (``seqlab.measured``):
+each claim and headline number in every run, which the lecture prints as their spread and
+the library ships to students.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import resource
 import subprocess
 import sys
@@ -20,28 +24,20 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from seqlab.measured import SEEDS, THREADS, sweep_record, write
 from seqlab.results import Check
 
 
 def one_run(notebook: Path, seed: int, threads: int, out: Path, env=None) -> dict:
     """Execute ``notebook`` once with ``seqlab.course.run_notebook`` (``env`` added to its
     kernel's environment); return its records and what failed."""
-    import nbformat
-
-    from seqlab.course import run_notebook
+    from seqlab.course import run_notebook, unexpected_errors
 
     seconds = run_notebook(notebook, out, timeout=3600, parameters=f"SEED = {seed}",
                            env={"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
                                 **(env or {})},
                            allow_errors=True)
-    failures = []
-    for index, cell in enumerate(nbformat.read(out / notebook.name, as_version=4).cells):
-        for output in cell.get("outputs", []):
-            if output.output_type == "error":
-                lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
-                failed = [t for line in lines for t in line.splitlines()
-                          if t.lstrip().startswith("--->")]
-                failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
+    failures = unexpected_errors(out / notebook.name)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel, once it has exited
     records = out / "results" / f"{notebook.stem}.json"
     return {"seed": seed, "threads": threads, "seconds": seconds,
@@ -50,16 +46,21 @@ def one_run(notebook: Path, seed: int, threads: int, out: Path, env=None) -> dic
             "records": json.loads(records.read_text()) if records.exists() else {}}
 
 
-def sweep(script: str, notebook: Path, argv=None, description: str = "") -> list[dict] | None:
+def sweep(script: str, notebook: Path, headline, argv=None, description: str = ""
+          ) -> list[dict] | None:
     """The command line of a robustness script: ``--seeds``, ``--threads``, ``--jobs``,
-    ``--notebook``, ``--out``. Returns every run (printed as it finishes), or None when this
-    process was one run (``--one``, what each worker is)."""
+    ``--notebook``, ``--out``, ``--record``. Returns every run (printed as it finishes), or None
+    when this process was one run (``--one``, what each worker is)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--jobs", type=int, default=2, help="notebooks run at once")
     parser.add_argument("--notebook", type=Path, default=notebook)
     parser.add_argument("--out", type=Path, help="keep each run's records here")
+    parser.add_argument("--record", type=Path, metavar="DIR",
+                        help="write the sweep's record to DIR/<notebook>.sweep.json (the course "
+                             "ships lib/seqlab/data/measured/; every seed 0-4 and 1, 2, 4 "
+                             "threads, as the defaults run)")
     parser.add_argument("--one", type=int, nargs=2, metavar=("SEED", "THREADS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -88,9 +89,17 @@ def sweep(script: str, notebook: Path, argv=None, description: str = "") -> list
               f"{run['cpu_seconds']:.0f} s CPU, {status}", flush=True)
         return run
 
+    if args.record and (tuple(args.seeds), tuple(args.threads)) != (SEEDS, THREADS):
+        parser.error(f"--record writes the sweep the course ships: seeds {SEEDS}, threads "
+                     f"{THREADS}, the defaults")
     jobs = [(s, t) for t in args.threads for s in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
-        return list(pool.map(spawn, jobs))
+        runs = list(pool.map(spawn, jobs))
+    if args.record:
+        record = sweep_record(args.notebook.stem, runs, headline,
+                              f"python benchmarks/{Path(script).name} --record")
+        print(f"sweep record written to {write(record, args.record)}")
+    return runs
 
 
 def print_claims(runs: list[dict]) -> None:
@@ -145,7 +154,7 @@ def print_held(runs: list[dict]) -> None:
 
 def main(script: str, notebook: Path, headline, description: str) -> int:
     """A robustness script's whole command line: the sweep, then each headline's spread."""
-    runs = sweep(script, notebook, description=description.splitlines()[0])
+    runs = sweep(script, notebook, headline, description=description.splitlines()[0])
     if runs is not None:
         print_spread(runs, headline)
     return 0

@@ -51,11 +51,11 @@ CLASS['01_language_models'] = {
     result = Counter()
     for s in sentences:
         if n > 1:
-            toks = ["<s>" for _ in range(n - 1)]
+            toks = ["<bos>" for _ in range(n - 1)]
         else:
             toks = []
         toks.extend(s)
-        toks.append("</s>")
+        toks.append("<eos>")
         start = 0
         while start + n <= len(toks):
             key = tuple(toks[start:start + n])
@@ -83,8 +83,8 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
     return (bigrams.get((prev, word), 0) + k) / (total + k * vocab_size)
 ''',
         'sentence_logprob': '''def sentence_logprob(tokens, prob):
-    words = list(tokens) + ["</s>"]
-    before = "<s>"
+    words = list(tokens) + ["<eos>"]
+    before = "<bos>"
     logp = 0.0
     for w in words:
         p = prob(w, before)
@@ -121,7 +121,7 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
         'count_ngrams': '''def count_ngrams(sentences, n):
     c = Counter()
     for sent in sentences:
-        seq = ["<s>"] * max(n - 1, 0) + [*sent, "</s>"]
+        seq = ["<bos>"] * max(n - 1, 0) + [*sent, "<eos>"]
         c.update(zip(*[seq[j:] for j in range(n)]))
     return c
 ''',
@@ -142,7 +142,7 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
 
 
 def sentence_logprob(tokens, prob):
-    seq = ["<s>", *tokens, "</s>"]
+    seq = ["<bos>", *tokens, "<eos>"]
     ps = np.array([prob(b, a) for a, b in zip(seq[:-1], seq[1:])], dtype=np.float64)
     if (ps == 0).any():
         return -math.inf
@@ -197,9 +197,9 @@ def perplexity(log_probs):
         'count_ngrams': '''def count_ngrams(sentences, n):
     grams = Counter()
     for words in sentences:
-        padded = ["<s>"] * (n - 1)
+        padded = ["<bos>"] * (n - 1)
         padded += words
-        padded.append("</s>")
+        padded.append("<eos>")
         for i in range(len(padded) - n + 1):
             gram = tuple(padded[i:i + n])
             grams[gram] += 1
@@ -229,9 +229,9 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
         'count_ngrams': '''def count_ngrams(sentences, n):
     out = Counter()
     for sentence in sentences:
-        toks = ['<s>'] * (n - 1)
+        toks = ['<bos>'] * (n - 1)
         toks += sentence
-        toks.append('</s>')
+        toks.append('<eos>')
         for start in range(len(toks) - n + 1):
             ngram = tuple(toks[start : start + n])
             out[ngram] += 1
@@ -257,7 +257,7 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
         'count_ngrams': '''def count_ngrams(sentences, n):
     table = Counter()
     for sent in sentences:
-        padded_sent = ["<s>"] * (n - 1) + list(sent) + ["</s>"]
+        padded_sent = ["<bos>"] * (n - 1) + list(sent) + ["<eos>"]
         for pos in range(n - 1, len(padded_sent)):
             table[tuple(padded_sent[pos - n + 1 : pos]) + (padded_sent[pos],)] += 1
     return table
@@ -267,7 +267,7 @@ def addk_bigram_prob(word, prev, bigrams, vocab_size, k):
         p = prob(word, prev)
         return math.log(p) if p > 0 else -math.inf
 
-    padded = ["<s>"] * (2 - 1) + list(tokens) + ["</s>"]
+    padded = ["<bos>"] * (2 - 1) + list(tokens) + ["<eos>"]
     return float(sum([logprob(padded[i], padded[i - 1]) for i in range(2 - 1, len(padded))]))
 ''',
         'ffn_forward': '''def ffn_forward(context, E, H, b, U, d):

@@ -9,10 +9,12 @@ a stubbed answer then costs exactly those cells is ``selftest --independence``'s
 ``test_autograder.py`` runs for every assignment.
 """
 
+import re
+
 import nbformat
 import pytest
 
-from autograder.authoring.course import source_notebook
+from autograder.authoring.course import assignments, source_notebook
 from autograder.authoring.selftest import answer_map
 
 OWN_CELLS = {  # assignment: (answer cell: the test cells that read its names), total points
@@ -54,3 +56,31 @@ def test_each_answer_is_graded_by_its_own_cells_only(assignment):
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     assert set(points) == set().union(*own.values()) and sum(points.values()) == total
+
+
+def solution_lines(nb) -> int:
+    """Lines of code between the solution markers: blank lines and comments not counted."""
+    count, inside = 0, False
+    for cell in nb.cells:
+        for line in cell.source.splitlines() if cell.cell_type == "code" else ():
+            text = line.strip()
+            if text in ("### BEGIN SOLUTION", "### END SOLUTION"):
+                inside = text == "### BEGIN SOLUTION"
+            elif inside and text and not text.startswith("#"):
+                count += 1
+    return count
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_header_states_the_size_of_the_solution(assignment):
+    """No one measured how long students take, so a header promises no hours: it states the
+    size of the reference solution, which this counts."""
+    nb = nbformat.read(source_notebook(assignment), as_version=4)
+    header = " ".join(nb.cells[0].source.split())
+    stated = re.findall(r"The reference solution is (\d+) lines of code \(blank lines and "
+                        r"comments not counted\)\.", header)
+    assert stated == [str(solution_lines(nb))], (
+        f"{assignment}'s header should say 'The reference solution is {solution_lines(nb)} lines "
+        f"of code (blank lines and comments not counted).', it says {stated or 'nothing'}")
+    assert not re.search(r"\b(hours?|minutes)\b", header.replace("under a minute", "")), (
+        f"{assignment}'s header promises a time no one measured")

@@ -12,6 +12,7 @@ import nbformat
 import pytest
 from helpers import fresh_venv
 
+from seqlab import measured
 from seqlab.course import main, run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,39 @@ def test_installed_runner_without_notebooks_fails_with_a_message(installed, tmp_
 def test_a_named_notebook_that_does_not_exist_is_refused(tmp_path, capsys):
     assert main([str(tmp_path / "01_missing.ipynb")]) != 0
     assert "01_missing.ipynb" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--notebooks", "notebooks", "01_tiny.ipynb"],
+                                  ["notebooks/01_tiny.ipynb"]], ids=["in-folder", "path"])
+def test_a_named_lecture_runs_by_its_name_in_the_folder_or_by_its_path(tmp_path, monkeypatch,
+                                                                       args):
+    _lecture(tmp_path / "notebooks")
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--out", "out"]) == 0
+    assert (tmp_path / "out" / "01_tiny.ipynb").is_file()
+    assert json.loads((tmp_path / "out" / "results" / "01_tiny.json").read_text())["seed"] == 0
+
+
+def test_a_full_mode_run_writes_the_record_the_library_ships(tmp_path, monkeypatch, capsys):
+    path = _lecture(tmp_path / "notebooks")
+    nb = nbformat.read(path, as_version=4)  # it prints its sweep, which is not measured yet
+    nb.cells.append(nbformat.v4.new_code_cell("from seqlab import measured\n"
+                                            "measured.sweep('01_tiny').show()"))
+    nbformat.write(nb, path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--full", "--record", "measured", "01_tiny.ipynb", "--out", "out"]) == 0
+    full = measured.full_mode("01_tiny", tmp_path / "measured")
+    assert full.records["fast"] == "0" and full.records["seed"] == 0
+    assert "python -m seqlab.course --full 01_tiny.ipynb" in full.describe()
+    nb.cells.append(nbformat.v4.new_code_cell("1 / 0"))  # any other error: no record
+    nbformat.write(nb, path)
+    (tmp_path / "measured" / "01_tiny.full.json").unlink()
+    assert main(["--full", "--record", "measured", "01_tiny.ipynb", "--out", "out"]) == 1
+    assert "no record written: cell 3: ZeroDivisionError" in capsys.readouterr().err
+    assert not (tmp_path / "measured" / "01_tiny.full.json").exists()
+    with pytest.raises(SystemExit):
+        main(["--record", "measured", "01_tiny.ipynb"])  # a FAST run is no full-mode record
+    assert "--record writes full-mode records: pass --full too" in capsys.readouterr().err
 
 
 def test_environment_and_parameters_reach_the_kernel_only(tmp_path, monkeypatch):

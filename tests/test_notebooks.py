@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from seqlab import measured
 from seqlab.course import run_notebook
 
 PATHS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
@@ -55,12 +56,27 @@ def _check_run(path: Path, out: Path) -> None:
     assert (out / path.name).exists()
     results = json.loads((out / "results" / f"{path.stem}.json").read_text())
     assert results, f"{path.name} recorded no headline number"
+    _claims_are_those_of_the_shipped_sweep(path.stem, results.get("claims", {}))
 
 
 def _run(path: Path, out: Path, env: dict | None = None) -> float:
     seconds = run_notebook(path, out, env=env)
     _check_run(path, out)
     return seconds
+
+
+def _claims_are_those_of_the_shipped_sweep(stem: str, claims: dict) -> None:
+    """The lecture prints its claims' spread from the sweep the library ships: a claim added,
+    renamed or given another threshold since then has not been swept."""
+    if not (measured.FOLDER / f"{stem}.sweep.json").exists():
+        return
+    sweep = measured.sweep(stem).record
+    made = {name: (c["op"], c["threshold"]) for name, c in claims.items()}
+    swept = {name: (c["op"], c["threshold"]) for name, c in sweep["claims"].items()}
+    changed = sorted(set(made.items()) ^ set(swept.items()))
+    assert not changed, (
+        f"{stem}'s claims differ from its shipped sweep ({changed[:3]}...): run "
+        f"`{sweep['measured']['command']} lib/seqlab/data/measured` to sweep them again")
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,15 @@
 """The student edition: complete, free of every solution and hidden test, installable the way
 the Colab setup cell installs it, and its assignments' visible tests run there."""
 
+import ast
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import textwrap
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -74,7 +78,8 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
         assert (edition / "autograder" / name).read_text() == \
             (ROOT / "autograder" / name).read_text()
     shipped = tomllib.loads((edition / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert shipped["package-data"]["seqlab.data"] == ["bundled/*.gz", "bundled/README.md"]
+    assert shipped["package-data"]["seqlab.data"] == [
+        "bundled/*.gz", "bundled/README.md", "measured/*.json"]
 
 
 def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
@@ -111,6 +116,43 @@ def test_no_line_of_any_solution_or_hidden_test_anywhere(edition):
         assert leaks(source_notebook(name), released) == [], name
         assert "BEGIN SOLUTION" not in released.read_text()
         assert "HIDDEN TESTS" not in released.read_text()
+
+
+# A path a reader could try to open: folders, a name and an extension (URLs and ~/ excluded),
+# or one of the instructor's folders on its own.
+CITED = re.compile(r"(?<![\w./:~$-])((?:[\w.*-]+/)+[\w.*-]+\.(?:py|ipynb|json|md|txt|gz|csv|"
+                   r"toml|ya?ml|sh|html)\b|(?:benchmarks|tests|\.ci)/)")
+
+
+def _student_text(path: Path) -> str:
+    """What a student reads in ``path``: a notebook's cells; a module's docstrings and comments
+    (``show_source`` shows them, and the library is theirs to read)."""
+    if path.suffix == ".ipynb":
+        return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+    tree = ast.parse(path.read_text())
+    docs = [ast.get_docstring(node) or "" for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef))]
+    with path.open() as handle:
+        comments = [tok.string for tok in tokenize.generate_tokens(handle.readline)
+                    if tok.type == tokenize.COMMENT]
+    return "\n".join(docs + comments)
+
+
+def test_what_students_read_cites_only_files_of_the_edition(edition):
+    """A lecture, or a docstring or comment of the library, that names a file sends the student
+    to it: it must be in the edition (the instructors' benchmarks/ and tests/ are not)."""
+    readable = [*sorted(edition.glob("notebooks/*.ipynb")),
+                *sorted((edition / "lib" / "seqlab").rglob("*.py"))]
+    bases = [edition, edition / "lib", edition / "lib" / "seqlab"]
+    missing, cited = [], 0
+    for path in readable:
+        for match in CITED.finditer(_student_text(path)):
+            name, cited = match.group(1), cited + 1
+            if not any(glob.glob(str(base / name)) for base in [*bases, path.parent]):
+                missing.append(f"{path.relative_to(edition)} cites {name}")
+    assert cited > 8  # the lectures point at their assignments, at least
+    assert not missing, "\n".join(missing)
 
 
 def test_every_notebook_opens_on_colab_from_the_edition(edition):

@@ -2,6 +2,7 @@ import functools
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 import torch
 
@@ -80,6 +81,15 @@ def test_plots_are_labelled():
     ax = plot_history(h)
     assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
     assert len(ax.get_legend().get_texts()) == 3
+    _, _, one_epoch = _run(epochs=1)
+    labels = [t.get_text() for t in plot_history(one_epoch).get_legend().get_texts()]
+    assert labels == ["train (per step)"]  # one epoch's mean would be a lone dot
+    ax = plot_history(one_epoch, window=3)
+    assert [t.get_text() for t in ax.get_legend().get_texts()][1] == \
+        "train (mean of the last 3 steps)"
+    assert np.isclose(ax.get_lines()[1].get_ydata()[-1], np.mean(one_epoch.step_loss[-3:]))
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        plot_history(one_epoch, window=0)
     ax = heatmap([[0.9, 0.1], [0.2, 0.8]], ["le", "chat"], ["the", "cat"], title="attention")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["the", "cat"]
     with pytest.raises(ValueError, match="does not match"):

@@ -14,7 +14,8 @@ Every lecture notebook imports from here and shows the source of what it teaches
   names), ``device`` (the device and the training precision, ``SEQLAB_PRECISION``),
   ``threads`` (how torch's CPU threads wait, set before torch loads), ``seeding``,
   ``results`` (what a run records, and ``claim``: a lecture's stated result, asserted and
-  recorded), ``viz``.
+  recorded), ``measured`` (what was measured once and ships: each lecture's claims over seeds
+  and thread counts, and a full-mode run), ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder, with
   ``alt_text`` in each kernel, so figures carry their titles as alt text; points them at

@@ -1,9 +1,11 @@
 """Run the lecture notebooks headless, as CI and ``make course`` do, and point them at Colab.
 
 ``python -m seqlab.course [--notebooks DIR] [--full] [--out executed/] [notebooks...]`` executes
-each notebook (default: every ``NN_*.ipynb`` of ``./notebooks``) in a fresh kernel with
-``SEQLAB_FAST`` set, writes the executed copy and collects every ``seqlab.record``-ed number in
-``<out>/results/<notebook>.json``.
+each notebook named (by its name in DIR or by its path; default: every ``NN_*.ipynb`` of DIR,
+``./notebooks`` unless given) in a fresh kernel with ``SEQLAB_FAST`` set, writes the executed
+copy and collects every ``seqlab.record``-ed number in ``<out>/results/<notebook>.json``. With
+``--full --record DIR`` it also writes them, with where and when they were measured, to
+``DIR/<notebook>.full.json`` (``seqlab.measured``: the full-mode records lectures print).
 
 ``python -m seqlab.course colab [--root DIR] [--repo URL] [--branch NAME] [--check]`` writes the
 course's address (kept in one place: ``[tool.seqlab.colab]`` of the course's pyproject.toml) into
@@ -76,6 +78,27 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
         nb.metadata["seqlab"] = {"mode": "FAST" if fast else "full"}  # the book says which
         nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - start
+
+
+def unexpected_errors(executed: Path) -> list[str]:
+    """The failures an executed notebook holds, each as "cell N: the line that failed". Left
+    out: a cell that read the lecture's own sweep record before there was one (the sweep that
+    writes it, and the full-mode run that comes before, run the lecture without it)."""
+    import nbformat
+
+    executed = Path(executed)
+    unrecorded = f"no sweep record of {executed.stem} "
+    failures = []
+    for index, cell in enumerate(nbformat.read(executed, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            if output.output_type != "error" or (
+                    output.ename == "NotMeasured" and output.evalue.startswith(unrecorded)):
+                continue
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", t) for t in output.traceback]
+            failed = [t for line in lines for t in line.splitlines()
+                      if t.lstrip().startswith("--->")]
+            failures.append(f"cell {index}: {(failed or [output.ename])[-1].strip()}")
+    return failures
 
 
 # ---------------------------------------------------------------------- Colab
@@ -195,6 +218,22 @@ def colab_main(argv) -> int:
     return 1 if args.check and stale else 0
 
 
+def _record_full(path: Path, out: Path, seconds: float, folder: Path) -> None:
+    """Write what a full-mode run of ``path`` recorded, with where it ran, into ``folder``."""
+    from . import measured
+
+    results = json.loads((Path(out) / "results" / f"{path.stem}.json").read_text())
+    record = measured.full_record(path.stem, results, seconds,
+                                  f"python -m seqlab.course --full {path.name}")
+    print(f"{path.name}: full-mode record written to {measured.write(record, folder)}")
+
+
+def _named(path: Path, folder: Path) -> Path:
+    """A notebook named on the command line: in the lectures' folder if it is there
+    (``--notebooks notebooks 03_seq2seq.ipynb``), else as given (``notebooks/03_seq2seq.ipynb``)."""
+    return folder / path if not path.is_absolute() and (folder / path).is_file() else path
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["colab"]:
@@ -202,14 +241,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seqlab.course",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every lecture in --notebooks)")
+                        help="notebooks to run, by name in --notebooks or by path (default: "
+                             "every lecture in --notebooks)")
     parser.add_argument("--notebooks", dest="folder", type=Path, default=Path("notebooks"),
                         help="the lectures' folder (default: ./notebooks)")
     parser.add_argument("--full", action="store_true", help="full mode (GPU-sized), not FAST")
     parser.add_argument("--out", type=Path, default=Path("executed"), help="output folder")
+    parser.add_argument("--timeout", type=int, default=1800,
+                        help="seconds one cell may run (default 1800; a busy machine needs more)")
+    parser.add_argument("--record", type=Path, metavar="DIR",
+                        help="with --full: also write each lecture's results, with where and "
+                             "when they were measured, to DIR/<lecture>.full.json (the "
+                             "full-mode records the course ships in seqlab/data/measured)")
     args = parser.parse_args(argv)
-    paths = args.notebooks or lecture_notebooks(args.folder)
-    missing = [str(p) for p in paths if not p.is_file()]
+    if args.record and not args.full:
+        parser.error("--record writes full-mode records: pass --full too")
+    paths = ([_named(p, args.folder) for p in args.notebooks] if args.notebooks
+             else lecture_notebooks(args.folder))
+    missing = [f"{p} (looked in {args.folder.resolve()} and {Path.cwd()})"
+               for p in paths if not p.is_file()]
     if not paths or missing:
         where = (", ".join(missing) if missing
                  else f"no NN_*.ipynb lectures in {args.folder.resolve()}")
@@ -220,8 +270,14 @@ def main(argv=None) -> int:
     failed = []
     for path in paths:
         try:
-            seconds = run_notebook(path, args.out, fast=not args.full)
+            seconds = run_notebook(path, args.out, fast=not args.full, timeout=args.timeout,
+                                   allow_errors=bool(args.record))
             print(f"{path.name}: {seconds:.1f} s")
+            if args.record:
+                errors = unexpected_errors(Path(args.out) / path.name)
+                if errors:
+                    raise RuntimeError("no record written: " + "; ".join(errors))
+                _record_full(path, args.out, seconds, args.record)
         except Exception as err:  # report every notebook, then fail
             failed.append(path.name)
             print(f"{path.name}: FAILED\n{err}", file=sys.stderr)

@@ -23,7 +23,7 @@ and exact search search the same space of outputs.
 Notation in the docstrings: T is a length (of a prompt or an output), tau a temperature,
 beta the length penalty's exponent and p_min the plausibility threshold of min-p sampling and
 contrastive decoding. ``from_hf`` runs any Hugging Face causal LM through these decoders, so they
-can be compared with its ``generate`` on the same weights (``tests/test_hf_decoding.py`` does).
+can be compared with its ``generate`` on the same weights (the course's tests do).
 """
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
     Returns, per input row, the ``n_best`` best of the list (HF's ``num_return_sequences``),
     best first. ``beam_size=1`` with ``early_stopping=True`` is greedy decoding.
 
-    Where HF's ``generate`` differs (each asserted in ``tests/test_hf_decoding.py``): ties
+    Where HF's ``generate`` differs (each asserted by the course's tests against it): ties
     between equal scores go here to the earlier beam, then the smaller token id, and the older
     finished hypothesis (HF leaves them to ``torch.topk``); HF marks empty beams with -1e9 and,
     when ``beam_size`` exceeds what the vocabulary can fill, may return such a beam, while

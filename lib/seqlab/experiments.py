@@ -85,7 +85,7 @@ def length_experiment(steps: int, embed_dim: int, hidden_dim: int, n_test: int, 
     return result
 
 
-# What lecture 04 asserts and ``benchmarks/lecture_robustness.py`` sweeps: with attention BLEU
+# What lecture 04 asserts, and the course's robustness sweep checks: with attention BLEU
 # stays flat (the longest bucket within 10 of the shortest); without it the longest keeps less
 # than half the shortest's BLEU; on the longest, attention leads by more than 50.
 LENGTH_CHECKS = (Check("drop with", "<", 10.0), Check("kept without", "<", 0.5),

@@ -62,7 +62,7 @@ def mask_tokens(ids: torch.Tensor, vocab: Vocab, *, p: float = 0.15, mask_rate: 
     draws from ``len(tokenizer)``) draw from the whole vocabulary, specials included, which can
     put a <sep> or <pad> in the middle of a sentence: a corruption no input ever shows again.
     With few ordinary tokens the difference is large (7 specials in a vocabulary of 20: over a
-    third of HF's random replacements are specials; ``tests/test_hf_mlm.py`` measures it).
+    third of HF's random replacements are specials, as the course's tests measure).
     """
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
         raise ValueError(f"ids must be a LongTensor [batch, length], got "

@@ -1,6 +1,7 @@
 """Headline numbers of a notebook run, written where CI and ``make course`` can read them, and
 the claims a lecture makes about them: each threshold is written once, in the lecture's
-``claim``, and its robustness sweep (``benchmarks/*_robustness.py``) reads it from the run."""
+``claim``, and the lecture's robustness sweep over seeds and thread counts reads it from the run
+(``seqlab.measured`` ships what the sweep found)."""
 
 from __future__ import annotations
 

@@ -26,16 +26,25 @@ def _axes(ax, figsize):
     return ax
 
 
-def plot_history(history, ax=None, title: str = "Training loss", log_y: bool = False):
-    """Per-step training loss (faint), per-epoch train and validation loss."""
+def plot_history(history, ax=None, title: str = "Training loss", log_y: bool = False,
+                 window: int | None = None):
+    """Per-step training loss (faint); its mean over the last ``window`` steps at every step
+    when ``window`` is given, else the per-epoch means (when there are two epochs or more: one
+    epoch's mean is a single dot); validation loss per epoch."""
     ax = _axes(ax, (6, 3.5))
     steps = np.arange(1, len(history.step_loss) + 1)
     if len(steps):
         ax.plot(steps, history.step_loss, alpha=0.3, label="train (per step)")
+    if window is not None:
+        window = integer("window", window, minimum=1)
+        if len(steps) >= window:
+            mean = np.convolve(history.step_loss, np.ones(window) / window, mode="valid")
+            ax.plot(steps[window - 1:], mean, label=f"train (mean of the last {window} steps)")
     if history.train_loss and len(steps):
         per_epoch = len(steps) / len(history.train_loss)
         ends = per_epoch * np.arange(1, len(history.train_loss) + 1)
-        ax.plot(ends, history.train_loss, "o-", label="train (epoch mean)")
+        if window is None and len(history.train_loss) > 1:
+            ax.plot(ends, history.train_loss, "o-", label="train (epoch mean)")
         if history.valid_loss:
             ax.plot(ends[: len(history.valid_loss)], history.valid_loss, "s-", label="validation")
     ax.set(title=title, xlabel="optimizer step", ylabel="loss (nats per token)")
