@@ -158,6 +158,12 @@ def library_modules() -> list[str]:
                                                             for p in n.split(".")))
 
 
+def _is_package(module: str) -> bool:
+    import importlib
+
+    return hasattr(importlib.import_module(module), "__path__")
+
+
 def _summary(module: str) -> str:
     import importlib
 
@@ -182,8 +188,12 @@ module by module, generated from its docstrings. Each function and class links t
 {rows}
 """)
     for module in modules:
+        # A package's page documents what it defines, not the names it re-exports from its
+        # modules (in its __all__): documented twice, viewcode's links from the source would
+        # point at the package's page with the module's anchors.
+        options = "   :ignore-module-all:\n" if _is_package(module) else ""
         (folder / f"{module}.rst").write_text(
-            f"{module}\n{'=' * len(module)}\n\n.. automodule:: {module}\n")
+            f"{module}\n{'=' * len(module)}\n\n.. automodule:: {module}\n{options}")
     return [f"reference/{m}" for m in modules]
 
 
