@@ -133,6 +133,22 @@ def read_grades(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def settled_rows(out: Path, assignment: str) -> list[dict]:
+    """The rows of ``out/grades.csv`` that are final. All of them when the run that wrote them
+    finished. After an interrupted run (Ctrl-C, a scheduler's time limit or ``scancel``, a
+    killed task), only rows whose copy in the gradebook was written, and ungradable ones (they
+    have none): a row written just before the interruption may lack its copy, and a grader
+    failure it records may be the interruption itself (its worker killed with it)."""
+    rows = read_grades(Path(out) / "grades.csv")
+    manifest = Path(out) / "manifest.json"
+    if not rows or not manifest.exists() or json.loads(manifest.read_text()).get("finished",
+                                                                                   True):
+        return rows
+    recorded = gradebook.students(Path(out) / "course", assignment)
+    return [r for r in rows if r["status"] == Status.UNGRADABLE
+            or (r["status"] != Status.ERROR and r["student_id"] in recorded)]
+
+
 def in_shard(student_id: str, shard: tuple[int, int] | None) -> bool:
     """Whether ``student_id`` belongs to shard I of N (1-based): a hash, so every machine
     agrees without talking to the others, and a student stays in the same shard."""
@@ -360,7 +376,10 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
            isolation: Isolation) -> list[dict]:
     log = settings.log
     out.mkdir(parents=True, exist_ok=True)
-    previous = read_grades(out / "grades.csv")
+    # an interrupted run's rows without their gradebook copy are graded again; --only keeps
+    # every row it does not name as it is
+    previous = (read_grades(out / "grades.csv") if settings.only
+                else settled_rows(out, assignment))
     work = working_course(assignment, out / "course", settings.course)
     master = read_notebook(source_notebook(assignment, settings.course))
     max_score = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
@@ -379,7 +398,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     run = _Run(assignment, out, work, max_score, generated, settings.policy,
                load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
-    _write_manifest(out, assignment, subs, mine, settings.shard)
+    _write_manifest(out, assignment, subs, mine, settings.shard, max_score, finished=False)
     if settings.only:
         todo = [s for s in mine if s.student_id in settings.only]
     else:
@@ -407,6 +426,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
+    _write_manifest(out, assignment, subs, mine, settings.shard, max_score, finished=True)
     return run.all_rows()
 
 
@@ -476,9 +496,16 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
             sandbox.cleanup(template_name(os.getpid(), index))
 
 
-def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:
-    """Who was in the export and who this output is responsible for (``merge`` checks it)."""
+def _write_manifest(out: Path, assignment: str, subs, mine, shard, max_score: float,
+                    finished: bool) -> None:
+    """Who was in the export, who this output is responsible for (``merge`` checks it), and
+    whether the run finished (``settled_rows``); names and the maximum score let ``merge``
+    write the row of a student no run graded."""
     data = {"assignment": assignment, "shard": list(shard) if shard else None,
             "students": [s.student_id for s in subs],
-            "responsible": [s.student_id for s in mine]}
-    (out / "manifest.json").write_text(json.dumps(data, indent=1))
+            "responsible": [s.student_id for s in mine], "finished": finished,
+            "max_score": max_score, "names": {s.student_id: s.name for s in subs}}
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".manifest", suffix=".json")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(data, indent=1))
+    os.replace(tmp, out / "manifest.json")
