@@ -225,8 +225,10 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
                     if m.student_id in mine:
                         found.append(m)
     rank = {s: i for i, s in enumerate(chosen)}
+    # cells in the order of the whole class, whoever is chosen: a shard's report and flags
+    # then read as the unsharded run's
     cells = {c: i for i, c in enumerate(dict.fromkeys(
-        c for s in chosen for c in answers_by_student[s]))}
+        c for answers in answers_by_student.values() for c in answers))}
     found.sort(key=lambda m: (rank[m.student_id], cells.get(m.cell, len(cells)),
                               -m.similarity, m.match))
     shown: dict[tuple, int] = {}  # the HTML shows the closest SHOWN matches of each answer
