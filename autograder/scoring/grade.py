@@ -487,9 +487,9 @@ def _run_jobs(run, jobs, limits, sandbox, workers) -> None:
     except KeyboardInterrupt:
         results.close()
         left = [s for s in by_student if s not in run.rows]
-        run.log(f"interrupted: {len(run.rows)} of {len(by_student)} graded and written to "
-                f"{run.out / 'grades.csv'}; run the same command again to grade the other "
-                f"{len(left)}")
+        run.log(f"interrupted: {len(by_student) - len(left)} of {len(by_student)} graded and "
+                f"written to {run.out / 'grades.csv'}; run the same command again to grade "
+                f"the other {len(left)}")
         raise
     finally:  # what a worker stopped before its teardown left of its template (cgroups)
         for index in range(workers):

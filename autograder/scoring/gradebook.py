@@ -8,17 +8,11 @@ from datetime import datetime
 from pathlib import Path
 
 
-def record(work: Path, assignment: str, notebook: str, student: str, tests: list[dict],
-           timestamp: datetime | None, penalty: float, due: datetime | None) -> None:
-    """One student's autograded scores, penalty and time, as ``nbgrader autograde`` leaves
-    them (their earlier submission replaced)."""
-    record_many(work, assignment, notebook, [(student, tests, timestamp, penalty)], due)
-
-
 def record_many(work: Path, assignment: str, notebook: str, entries: list[tuple],
                 due: datetime | None) -> None:
-    """``record`` for each ``(student, tests, timestamp, penalty)``, in one gradebook session:
-    opening the gradebook costs more than a student's rows."""
+    """Each ``(student, tests, timestamp, penalty)``'s autograded scores, penalty and time, as
+    ``nbgrader autograde`` leaves them (an earlier submission replaced), in one gradebook
+    session: opening the gradebook costs more than a student's rows."""
     from nbgrader.api import Gradebook
 
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:

@@ -31,24 +31,36 @@ def _manifest(folder: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _replay(source: Path, dest: Path, assignment: str, student: str) -> None:
-    """Copy one student's gradebook entry (scores, time, late penalty) and notebooks."""
+def _replay(source: Path, dest: Path, assignment: str, students: list[str]) -> None:
+    """Copy the students' gradebook entries (scores, time, late penalty) and notebooks from one
+    shard's course: one gradebook session on each side, whatever the number of students."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    if not students or not (source / "gradebook.db").exists():
+        return  # a run stopped before it generated the assignment graded nobody gradable
+    entries = []
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{source / 'gradebook.db'}") as gb:
         warnings.simplefilter("ignore")
         try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:  # an ungradable submission: a row and feedback, no gradebook entry
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:  # stopped while generating it: the same
             return
-        notebook = gb.find_submission_notebook(assignment, assignment, student)
-        tests = [{"test": g.name, "points": g.auto_score or 0.0} for g in notebook.grades]
-        timestamp, penalty = sub.timestamp, notebook.late_submission_penalty or 0.0
-        due = gb.find_assignment(assignment).duedate
-    for stage in ("submitted", "autograded"):
-        if (source / stage / student).exists():
-            shutil.copytree(source / stage / student, dest / stage / student, dirs_exist_ok=True)
-    gradebook.record(dest, assignment, assignment, student, tests, timestamp, penalty, due)
+        for student in students:
+            try:
+                sub = gb.find_submission(assignment, student)
+            except MissingEntry:  # ungradable: a row and feedback, no gradebook entry
+                continue
+            notebook = gb.find_submission_notebook(assignment, assignment, student)
+            entries.append((student, [{"test": g.name, "points": g.auto_score or 0.0}
+                                      for g in notebook.grades],
+                            sub.timestamp, notebook.late_submission_penalty or 0.0))
+    for student in students:
+        for stage in ("submitted", "autograded"):
+            if (source / stage / student).exists():
+                shutil.copytree(source / stage / student, dest / stage / student,
+                                dirs_exist_ok=True)
+    if entries:
+        gradebook.record_many(dest, assignment, assignment, entries, due)
 
 
 def merge(outputs: list[Path], dest: Path, log=print, resume: str = "") -> list[dict]:
@@ -100,14 +112,13 @@ def merge(outputs: list[Path], dest: Path, log=print, resume: str = "") -> list[
         (staging / "course" / "gradebook.db").write_bytes((base / "gradebook.db").read_bytes())
         _reset_gradebook(staging / "course", assignment)
         ordered = [rows[s] for s in first["students"]]
-        for row in ordered:
-            student = row["student_id"]
-            if student not in owner:
-                continue
-            _replay(owner[student] / "course", staging / "course", assignment, student)
-            if (owner[student] / "feedback" / student).exists():
-                shutil.copytree(owner[student] / "feedback" / student,
-                                staging / "feedback" / student)
+        for folder, _ in started:
+            theirs = [s for s in first["students"] if owner.get(s) == folder]
+            _replay(folder / "course", staging / "course", assignment, theirs)
+            for student in theirs:
+                if (folder / "feedback" / student).exists():
+                    shutil.copytree(folder / "feedback" / student,
+                                    staging / "feedback" / student)
         write_grades(staging / "grades.csv", ordered)
         rank = {s: i for i, s in enumerate(first["students"])}
         matches = sorted((m for folder, _ in started for m in similarity.read_report(folder)),
