@@ -38,8 +38,10 @@ MEASURED = {
 RUN_CPU_SECONDS = 20.0   # a grading run's own: imports, generate_assignment, workers' templates
 GRADER_MB = 600          # the grading process and its fork server
 WORKER_MB = 400          # each worker beside its runner: torch, numpy, the test cells
-FINGERPRINT_SECONDS = 0.015  # one answer cell (every task fingerprints the whole class)
-PAIR_SECONDS = 0.0001    # one pair of answers to a cell compared
+FINGERPRINT_SECONDS = 0.010  # one answer cell (every task fingerprints the whole class)
+FINGERPRINT_MB = 0.054   # and keeps its fingerprint
+PAIR_SECONDS = 1.0e-5    # one pair of answers to a cell compared
+PAIR_MB = 0.00031        # and its result, kept for the run (repeated texts compare once)
 ANSWERS_PER_STUDENT = 6  # answer cells of an assignment, about
 MERGE_SECONDS_PER_STUDENT = 0.2
 MIN_MINUTES = 10
@@ -60,9 +62,10 @@ class Request:
     memory_cap_mb: int  # --memory-mb for each submission: what the request leaves per worker
 
     def describe(self) -> str:
-        return (f"{self.cpus} CPU(s), {self.mem_mb} MB ({GRADER_MB} MB for the grader, then "
-                f"per worker {WORKER_MB} MB and a submission's cap of {self.memory_cap_mb} MB)"
-                f", {self.minutes} min")
+        grader = self.mem_mb - self.cpus * (WORKER_MB + self.memory_cap_mb)
+        return (f"{self.cpus} CPU(s), {self.mem_mb} MB ({grader} MB for the grader and its "
+                f"similarity report, then per worker {WORKER_MB} MB and a submission's cap of "
+                f"{self.memory_cap_mb} MB), {self.minutes} min")
 
 
 def similarity_seconds(class_size: int, shard: int) -> float:
@@ -70,6 +73,12 @@ def similarity_seconds(class_size: int, shard: int) -> float:
     its ``shard`` students' answers with every other student's."""
     answers = class_size * ANSWERS_PER_STUDENT
     return answers * FINGERPRINT_SECONDS + shard * class_size * ANSWERS_PER_STUDENT * PAIR_SECONDS
+
+
+def similarity_mb(class_size: int, shard: int) -> int:
+    """What that report holds at its peak: every fingerprint, and every pair's result."""
+    answers = class_size * ANSWERS_PER_STUDENT
+    return math.ceil(answers * FINGERPRINT_MB + shard * answers * PAIR_MB)
 
 
 def task_seconds(assignment: str, shard: int, workers: int, class_size: int) -> float:
@@ -86,19 +95,19 @@ def request(assignment: str, shard: int, workers: int, memory_cap_mb: int,
     assignment needs)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
-    cap = memory_cap_mb
+    cap, grader = memory_cap_mb, GRADER_MB + similarity_mb(class_size, shard)
     if mem_mb is not None:
-        left = (mem_mb - GRADER_MB) // workers - WORKER_MB
+        left = (mem_mb - grader) // workers - WORKER_MB
         needed = math.ceil(2 * cost(assignment).peak_mb)
         if left < needed:
             raise ValueError(
                 f"--mem={mem_mb}M is too little for {workers} worker(s) grading {assignment}: "
-                f"it needs {GRADER_MB} MB for the grader and per worker {WORKER_MB} MB plus "
-                f"{needed} MB for a submission, at least "
-                f"{GRADER_MB + workers * (WORKER_MB + needed)} MB; ask for more or for fewer "
+                f"it needs {grader} MB for the grader and its similarity report, and per "
+                f"worker {WORKER_MB} MB plus {needed} MB for a submission, at least "
+                f"{grader + workers * (WORKER_MB + needed)} MB; ask for more or for fewer "
                 "--workers-per-task")
         cap = min(cap, left)
-    mem = mem_mb if mem_mb is not None else GRADER_MB + workers * (WORKER_MB + cap)
+    mem = mem_mb if mem_mb is not None else grader + workers * (WORKER_MB + cap)
     seconds = 2 * task_seconds(assignment, shard, workers, class_size) + timeout_notebook
     return Request(workers, mem, max(MIN_MINUTES, math.ceil(seconds / 60)), cap)
 
