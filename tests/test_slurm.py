@@ -1,6 +1,6 @@
 """``python -m autograder slurm`` on a real one-node Slurm cluster (``slurm_cluster``), grading a
-class of 32 (the LMS and editor cases of test_class.py and hostile submissions of
-test_hostile.py's kinds) as Canvas exports it.
+class of 30 students in 31 files (the LMS and editor cases of test_class.py and hostile
+submissions of test_hostile.py's kinds) as Canvas exports it.
 
 One local ``grade`` run is the reference. Three tasks with ``--wait`` give byte for byte its
 grades.csv, feedback and similarity report, and its gradebook. Five tasks, three of which the
@@ -42,7 +42,9 @@ from autograder.cluster import slurm
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import in_shard, read_grades, settled_rows
 
-LIMITS = Limits(timeout_cell=10, timeout_notebook=300, memory_mb=1024, max_procs=64)
+# Time limits far above what a cell needs: the same class graded several times at once on a
+# busy machine must grade the same (a cell that runs past its limit is test_hostile's matter)
+LIMITS = Limits(timeout_cell=60, timeout_notebook=600, memory_mb=1024, max_procs=64)
 POLICY_TOML = f'[due]\n"{A}" = "{DUE.isoformat()}"\n\n[penalty]\nper_day = 0.1\nmax_days = 7\n'
 WHY = slurm_cluster.missing() or sandbox_problem()
 pytestmark = pytest.mark.skipif(bool(WHY), reason=f"needs a Slurm cluster: {WHY}")
@@ -62,7 +64,6 @@ HOSTILE = {  # student -> (notebook, status it must get, here as in the local ru
     "segfault": (solution(perplexity="import faulthandler\nfaulthandler._sigsegv()\n"),
                  "crashed"),
     "hog": (solution(ffn_forward="hog = b'x' * (3 * 2**30)\n"), "crashed"),
-    "loops": (solution(perplexity="while True:\n    pass\n" + PP), "timeout"),
     "forks": (with_cell(solution(), "perplexity", (
         "import os, time\nkids = 0\ntry:\n    for _ in range(500):\n"
         "        if os.fork() == 0:\n            time.sleep(120)\n            os._exit(0)\n"

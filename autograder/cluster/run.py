@@ -128,7 +128,7 @@ def write_scripts(run: Run, course: Path, staged: Path, grade_flags: list[str],
         "#!/bin/bash",
         f"# {run.assignment}, {run.students} student(s) in {run.tasks} task(s): task I grades "
         f"shard I/{run.tasks} into shards/I",
-        "# with --workers-per-task workers (grades.csv there is rewritten after every student).",
+        f"# with {run.workers} worker(s) (grades.csv there is rewritten after every student).",
         f"# Requests: {request.describe()}.",
         "# Written by `python -m autograder slurm`; submit with submit.sh, or one stopped task",
         "# again with `sbatch --array=I grade.sbatch` (it resumes where it stopped).",

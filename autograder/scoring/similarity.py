@@ -30,6 +30,7 @@ import io
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -159,19 +160,37 @@ def _marked(code: str, slices) -> str:
     return text
 
 
-def _pair(student, cell, other, fp, fp_other, threshold, min_match, both, seen) -> list[Match]:
+class _Seen(dict):
+    """Results of compared pairs of texts, kept where a text repeats: resubmitted, untouched or
+    shared answers come again, and are compared once. Every other pair comes once, and keeping
+    it would grow with the square of the class (about 350 bytes a pair: 88 GB at 10,000)."""
+
+    def __init__(self, repeated: set[int]):
+        super().__init__()
+        self.repeated = repeated  # ids of fingerprints of texts more than one answer has
+
+    def keep(self, fp, fp_other, result) -> None:
+        if id(fp) in self.repeated or id(fp_other) in self.repeated:
+            self[id(fp), id(fp_other)] = result
+
+
+_UNSEEN = object()
+
+
+def _pair(student, cell, other, fp, fp_other, threshold, min_match, both,
+          seen: _Seen) -> list[Match]:
     """The reported directions of one comparison: the student's, and with ``both`` (``other``
-    is a student too) the other's. ``seen`` keeps each distinct pair's result: resubmitted,
-    untouched or shared answers repeat the same texts, which are compared once."""
+    is a student too) the other's."""
     from copydetect import compare_files
 
-    key = (id(fp), id(fp_other))
-    if key not in seen:
-        seen[key] = None if fp.hashes.isdisjoint(fp_other.hashes) else \
+    result = seen.get((id(fp), id(fp_other)), _UNSEEN)
+    if result is _UNSEEN:
+        result = None if fp.hashes.isdisjoint(fp_other.hashes) else \
             compare_files(fp, fp_other)[1:] + ({},)
-    if seen[key] is None:
+        seen.keep(fp, fp_other, result)
+    if result is None:
         return []
-    (share, share_other), (slices, slices_other), marked = seen[key]
+    (share, share_other), (slices, slices_other), marked = result
     found = []
     for side, who, what, sim, a, b, sa, sb in (
             (0, student, other, share, fp, fp_other, slices, slices_other),
@@ -200,11 +219,13 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
     unknown = [s for s in chosen if s not in answers_by_student]
     if unknown:
         raise ValueError(f"students {unknown} have no answers to compare")
-    given, texts, seen = Given(given, noise), {}, {}
+    given, texts, uses = Given(given, noise), {}, Counter()
     for cells in answers_by_student.values():
         for code in cells.values():
+            uses[code] += 1
             if code not in texts:  # one fingerprint per distinct text
                 texts[code] = _fingerprint(given.strip(code), given.hashes, noise)
+    seen = _Seen({id(texts[code]) for code, n in uses.items() if n > 1})
     prints = {s: {cell: texts[code] for cell, code in cells.items()}
               for s, cells in answers_by_student.items()}
     modules = {name: _module_print(code, noise) for name, code in library.items()}
