@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -33,26 +34,40 @@ def _limits(args):
                   args.cpus)
 
 
-def _doctor(limits, course: Path) -> str:
-    """The isolation grading would use here, each limit in force or not and why, the fix."""
+def _doctor(limits, course: Path) -> tuple[str, bool]:
+    """The isolation grading would use here, each limit in force or not and why, the fix; and
+    whether grading would go ahead (False where it would refuse: no isolation, or the uid
+    fallback with the course or the withheld packages readable to its sandboxes)."""
     import tempfile
 
-    from .isolation.kinds import choose, report
-    from .isolation.sandbox import WITHHELD, Sandbox, package_folders, support_folder
+    from .isolation.kinds import UID, choose, exposed, report
+    from .isolation.sandbox import (
+        WITHHELD,
+        Sandbox,
+        checkout_copies,
+        package_folders,
+        support_folder,
+    )
 
     try:
         isolation = choose()
     except RuntimeError as err:
-        return f"isolation: NONE AVAILABLE\n  {err}"
+        return f"isolation: NONE AVAILABLE\n  {err}", False
     with tempfile.TemporaryDirectory() as tmp:
         sandbox = Sandbox(support_folder(Path(tmp), isolation), limits, isolation)
         try:
-            return report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
+            text = report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
                           f"{limits.timeout_notebook:g} s per notebook", course,
                           package_folders(WITHHELD), WITHHELD) + \
                 f"\n  starts: {sandbox.starts}"
         finally:
             shutil.rmtree(sandbox.support, ignore_errors=True)
+    refused = isolation.kind == UID and bool(exposed(
+        [course, *package_folders(WITHHELD), *checkout_copies(course)]))
+    if refused:
+        text += ("\n  grading would refuse here until the files above are closed to other "
+                 "users")
+    return text, not refused
 
 
 def _grader_path() -> None:
@@ -132,10 +147,42 @@ def export_command(args) -> int:
 
 
 def merge_command(args) -> int:
-    from .scoring.merge import merge
+    from .scoring.merge import merge, ungraded
 
-    merge(args.outputs, args.out)
-    return 0
+    return 1 if ungraded(merge(args.outputs, args.out, resume=args.resume_with)) else 0
+
+
+def slurm_command(args) -> int:
+    from .cluster import run
+
+    modes = [m for m, on in (("--resume", args.resume), ("--follow", args.follow),
+                             ("ASSIGNMENT", args.assignment)) if on]
+    if len(modes) > 1:
+        raise ValueError(f"give one of ASSIGNMENT, --resume OUT or --follow OUT, not "
+                         f"{' and '.join(modes)}")
+    if args.follow:
+        return run.follow(args.follow, args.poll)
+    if args.resume:
+        resumed = run.resume(args.resume, args.sbatch)
+        return run.follow(args.resume, args.poll) if resumed and args.wait else 0
+    limits = _limits(args)
+    if not args.assignment:
+        if not args.check:
+            raise ValueError("slurm needs ASSIGNMENT --submissions EXPORT --out OUT --tasks N, "
+                             "or --resume OUT, --follow OUT or --check")
+        ok, report = run.check(args.course, limits, args.sbatch)
+        print(report)
+        return 0 if ok else 1
+    missing = [f for f, v in (("--submissions", args.submissions), ("--out", args.out),
+                              ("--tasks", args.tasks)) if v is None]
+    if missing:
+        raise ValueError(f"slurm {args.assignment} needs {', '.join(missing)}")
+    run.start(args.assignment, args.submissions, args.out, args.tasks, args.course, limits,
+              workers=args.workers_per_task, sbatch=args.sbatch,
+              late_policy=args.late_policy or args.course / "late_policy.toml",
+              timestamps=args.timestamps, unsafe=args.unsafe_no_sandbox,
+              check_first=args.check)
+    return run.follow(args.out, args.poll) if args.wait else 0
 
 
 def gradescope_command(args) -> int:
@@ -165,8 +212,9 @@ def hide_withheld_command(args) -> int:
 
 
 def doctor_command(args) -> int:
-    print(_doctor(_limits(args), args.course))
-    return 0
+    text, ok = _doctor(_limits(args), args.course)
+    print(text)
+    return 0 if ok else 1
 
 
 def selftest_command(args) -> int:
@@ -268,9 +316,44 @@ def parser() -> argparse.ArgumentParser:
                    help="the LMS's name for an assignment's column or grade item (default: "
                         "the roster's column of the same name, else the assignment's name)")
 
-    p = command("merge", merge_command, "join the outputs of sharded grade runs")
+    p = command("slurm", slurm_command, "grade on a Slurm cluster: one job array of --tasks "
+                                        "shards and a merge after it (see README)")
+    p.add_argument("assignment", nargs="?")
+    p.add_argument("--submissions", type=Path, help="the LMS export (zip or folder); staged "
+                                                    "once into --out")
+    p.add_argument("--out", type=Path, help="on storage the compute nodes share: the scripts, "
+                                            "the shards' outputs, graded/ (the merge)")
+    p.add_argument("--tasks", type=int, help="array tasks, each grading 1/N of the students")
+    p.add_argument("--workers-per-task", type=int, default=4,
+                   help="submissions graded at once in each task; its CPUs (default 4)")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTIONS",
+                   help="sbatch options in long form, e.g. --sbatch='--partition=short "
+                        "--account=cs101'; --time, --mem override the derived requests")
+    p.add_argument("--wait", action="store_true",
+                   help="wait with a progress bar; exit with the merge's status")
+    p.add_argument("--poll", type=float, default=15, help="seconds between looks (default 15)")
+    p.add_argument("--resume", type=Path, metavar="OUT",
+                   help="submit again the shards of OUT that did not finish, then merge")
+    p.add_argument("--follow", type=Path, metavar="OUT",
+                   help="wait for the run in OUT (as --wait does)")
+    p.add_argument("--check", action="store_true",
+                   help="run doctor as a one-task job first; submit nothing if grading would "
+                        "refuse there (alone: only the check)")
+    _limit_flags(p)
+    p.add_argument("--late-policy", type=Path, default=None,
+                   help="TOML with [due] and [penalty] (default: <course>/late_policy.toml)")
+    p.add_argument("--timestamps", type=Path, default=None,
+                   help="CSV (student_id, timestamp) from the LMS: trusted submission times")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run student code without isolation (only for code you trust)")
+
+    p = command("merge", merge_command, "join the outputs of sharded grade runs (exit status "
+                                        "1 when a shard left students ungraded)")
     p.add_argument("outputs", nargs="+", type=Path, help="the --out folders of the shards")
     p.add_argument("--out", type=Path, required=True, help="folder for the merged output")
+    p.add_argument("--resume-with", default="", metavar="TEXT",
+                   help="how to grade a stopped shard, quoted in its students' rows (default: "
+                        "run that shard's grade command again, then merge)")
 
     p = command("gradescope", gradescope_command, "write a Gradescope autograder bundle (zip)")
     p.add_argument("assignment")
@@ -285,7 +368,8 @@ def parser() -> argparse.ArgumentParser:
     _limit_flags(p)
 
     p = command("doctor", doctor_command, "say which isolation grading would use here, which "
-                                          "limits hold, and what to fix")
+                                          "limits hold, and what to fix (exit status 1 where "
+                                          "grading would refuse)")
     _limit_flags(p)
 
     command("hide-withheld", hide_withheld_command, "close the packages no answer may use "
@@ -300,14 +384,28 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: what a scheduler sends at a job's time limit, on ``scancel`` or preemption
+    (then SIGKILL a little later). A run stops as on Ctrl-C: the rows written stay, graded
+    students get their gradebook copy, and the same command resumes."""
+
+
+def _terminated(signum, frame):
+    raise Terminated
+
+
 def main(argv=None) -> int:
     _grader_path()
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.run(args)
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("stopped (SIGTERM: a time limit, scancel or preemption)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("stopped (Ctrl-C)", file=sys.stderr)
         return 130

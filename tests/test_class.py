@@ -23,7 +23,7 @@ from autograder.intake.submissions import collect
 from autograder.isolation.kinds import BUBBLEWRAP, UID, Isolation, uid_problem
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade, read_grades
-from autograder.scoring.merge import merge
+from autograder.scoring.merge import merge, ungraded
 
 A = "01_language_models"
 FULL = 18.0
@@ -295,12 +295,9 @@ def zipped_notebook(nb: dict) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory):
-    """(zip path, unzipped folder, expected rows by student id, a zip of only the students the
-    LMS cases are about)."""
-    tmp = tmp_path_factory.mktemp("class")
-    released = json.loads((release(A, tmp / "release", COURSE) / f"{A}.ipynb").read_text())
+def class_files(released: dict) -> tuple[list, list]:
+    """The class as Canvas exports it: (the LMS cases, the editors' saves), each a list of
+    (file name, content, LMS time)."""
     sol = json.dumps(solution())
     lms = [  # (Canvas file name, content, LMS time)
         ("smithjohn_123_1001_01_language_models.ipynb", sol, ON_TIME),
@@ -322,11 +319,26 @@ def export(tmp_path_factory):
                  ("labfour", 116, jupyterlab(released, 4)),
                  ("nbsix", 117, notebook6(released)),
                  ("nbseven", 118, jupyterlab(released, 7))])]
+    return lms, saves
+
+
+def write_export(path, files: list) -> None:
+    """A Canvas zip of ``files`` (name, content, LMS time), each entry dated by the LMS."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, content, when in files:
+            zf.writestr(zipfile.ZipInfo(name, date_time=when), content)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """(zip path, unzipped folder, expected rows by student id, a zip of only the students the
+    LMS cases are about)."""
+    tmp = tmp_path_factory.mktemp("class")
+    released = json.loads((release(A, tmp / "release", COURSE) / f"{A}.ipynb").read_text())
+    lms, saves = class_files(released)
     archive, core = tmp / "export.zip", tmp / "lms-cases.zip"
-    for path, files in ((archive, lms + saves), (core, lms)):
-        with zipfile.ZipFile(path, "w") as zf:
-            for name, content, when in files:
-                zf.writestr(zipfile.ZipInfo(name, date_time=when), content)
+    write_export(archive, lms + saves)
+    write_export(core, lms)
     folder = tmp / "unzipped"
     with zipfile.ZipFile(archive) as zf:
         zf.extractall(folder)
@@ -466,8 +478,16 @@ def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_
         _grade(core, folder, private_course, shard=(i, 3))
     sizes = [len(read_grades(f / "grades.csv")) for f in shards]
     assert sum(sizes) == 7 and all(sizes)
-    with pytest.raises(ValueError, match="in no shard"):
-        merge(shards[:2], tmp_path / "partial", log=lambda *a: None)
+    # a shard that never ran costs its students only: rows that say so, every other row kept
+    partial = merge([*shards[:2], tmp_path / "never-ran"], tmp_path / "partial",
+                    log=lambda *a: None)
+    missing = {r["student_id"] for r in read_grades(shards[2] / "grades.csv")}
+    assert set(ungraded(partial)) == missing
+    for row in partial:
+        if row["student_id"] in missing:
+            assert row["score"] == "" and row["name"] and "shard 3/3" in row["message"]
+            assert str(tmp_path / "never-ran") in row["message"]
+            assert not (tmp_path / "partial" / "feedback" / row["student_id"]).exists()
     merge(shards, tmp_path / "merged", log=lambda *a: None)
     merged = read_grades(tmp_path / "merged" / "grades.csv")
     ids = {r["student_id"] for r in merged}
@@ -495,6 +515,7 @@ def test_three_shards_merge_into_the_unsharded_grades(graded_first, export, tmp_
 
     whole = book(out)  # the gradebooks agree too
     assert book(tmp_path / "merged") == {s: whole[s] for s in ids if s in whole}
+    assert book(tmp_path / "partial") == {s: whole[s] for s in ids - missing if s in whole}
 
 
 def test_grades_go_back_to_canvas(graded_first, export, tmp_path):

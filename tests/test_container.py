@@ -43,7 +43,6 @@ def in_docker(command, **kwargs) -> subprocess.CompletedProcess:
 
 def test_doctor_names_the_fallback_and_the_fix(private_course):
     exposed = in_docker([sys.executable, "-m", "autograder", "doctor"])
-    assert exposed.returncode == 0, exposed.stderr[-2000:]
     out = exposed.stdout
     assert out.startswith("isolation: uid fallback"), out
     assert "Creating new namespace failed: Operation not permitted" in out
@@ -51,8 +50,11 @@ def test_doctor_names_the_fallback_and_the_fix(private_course):
     assert "starts: each submission" in out, out
     if os.stat(COURSE).st_mode & 0o005:  # a checkout readable by others, as clones are
         assert f"READABLE to the sandbox's uid; fix: chmod -R go-rwx {COURSE}" in out
+        assert exposed.returncode == 1, "doctor must fail where grading would refuse"
+        assert "grading would refuse here" in out
     hidden = in_docker([sys.executable, "-m", "autograder", "--course", str(private_course),
                         "doctor"])
+    assert hidden.returncode == 0, hidden.stdout + hidden.stderr[-2000:]
     assert "the course (hidden tests): unreadable to the sandbox's uid" in hidden.stdout
     assert "packages no answer may use: closed to the sandbox's uid" in hidden.stdout
     full = subprocess.run([sys.executable, "-m", "autograder", "doctor"], capture_output=True,

@@ -143,6 +143,22 @@ def read_grades(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def settled_rows(out: Path, assignment: str) -> list[dict]:
+    """The rows of ``out/grades.csv`` that are final. All of them when the run that wrote them
+    finished. After an interrupted run (Ctrl-C, a scheduler's time limit or ``scancel``, a
+    killed task), only rows whose copy in the gradebook was written, and ungradable ones (they
+    have none): a row written just before the interruption may lack its copy, and a grader
+    failure it records may be the interruption itself (its worker killed with it)."""
+    rows = read_grades(Path(out) / "grades.csv")
+    manifest = Path(out) / "manifest.json"
+    if not rows or not manifest.exists() or json.loads(manifest.read_text()).get("finished",
+                                                                                   True):
+        return rows
+    recorded = gradebook.students(Path(out) / "course", assignment)
+    return [r for r in rows if r["status"] == Status.UNGRADABLE
+            or (r["status"] != Status.ERROR and r["student_id"] in recorded)]
+
+
 def in_shard(student_id: str, shard: tuple[int, int] | None) -> bool:
     """Whether ``student_id`` belongs to shard I of N (1-based): a hash, so every machine
     agrees without talking to the others, and a student stays in the same shard."""
@@ -362,7 +378,10 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
            isolation: Isolation) -> list[dict]:
     log = settings.log
     out.mkdir(parents=True, exist_ok=True)
-    previous = read_grades(out / "grades.csv")
+    # an interrupted run's rows without their gradebook copy are graded again; --only keeps
+    # every row it does not name as it is
+    previous = (read_grades(out / "grades.csv") if settings.only
+                else settled_rows(out, assignment))
     work = working_course(assignment, out / "course", settings.course)
     master = read_notebook(source_notebook(assignment, settings.course))
     max_score = sum(s.points for s in map(master_step, master["cells"])
@@ -382,7 +401,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     run = _Run(assignment, out, work, max_score, generated, settings.policy,
                load_timestamps(settings.timestamps), log, previous)
     run.export_order = [s.student_id for s in subs]
-    _write_manifest(out, assignment, subs, mine, settings.shard)
+    _write_manifest(out, assignment, subs, mine, settings.shard, max_score, finished=False)
     version = run.version = fingerprint(master)
     stale = sorted(s.student_id for s in mine if s.student_id in run.previous and
                    run.previous[s.student_id].get("tests_version", "") != version)
@@ -420,6 +439,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     for row in run.all_rows():  # cells to review, for the instructor only: no score changes
         row["flags"] = flags.get(row["student_id"], "")
     write_grades(out / "grades.csv", run.all_rows())
+    _write_manifest(out, assignment, subs, mine, settings.shard, max_score, finished=True)
     name_students_of(out, log)
     return sync(out, settings.policy, log=log)  # with the manual grades the gradebook keeps
 
@@ -476,9 +496,9 @@ def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
     except KeyboardInterrupt:
         results.close()
         left = [s for s in by_student if s not in run.rows]
-        run.log(f"interrupted: {len(run.rows)} of {len(by_student)} graded and written to "
-                f"{run.out / 'grades.csv'}; run the same command again to grade the other "
-                f"{len(left)}")
+        run.log(f"interrupted: {len(by_student) - len(left)} of {len(by_student)} graded and "
+                f"written to {run.out / 'grades.csv'}; run the same command again to grade "
+                f"the other {len(left)}")
         raise
     finally:  # what a worker stopped before its teardown left of its template (cgroups)
         for index in range(workers):
@@ -499,12 +519,19 @@ def name_students_of(out: Path, log) -> None:
         log(f"names not recorded in the gradebook ({type(err).__name__}: {str(err)[:200]})")
 
 
-def _write_manifest(out: Path, assignment: str, subs, mine, shard) -> None:
-    """Who was in the export and who this output is responsible for (``merge`` checks it), and
-    how the export named each student (``people``: grades go back to the LMS by it)."""
+def _write_manifest(out: Path, assignment: str, subs, mine, shard, max_score: float,
+                    finished: bool) -> None:
+    """Who was in the export, who this output is responsible for (``merge`` checks it), and
+    whether the run finished (``settled_rows``); names and the maximum score let ``merge``
+    write the row of a student no run graded; how the export named each student (``people``:
+    grades go back to the LMS by it)."""
     data = {"assignment": assignment, "shard": list(shard) if shard else None,
             "students": [s.student_id for s in subs],
-            "responsible": [s.student_id for s in mine],
+            "responsible": [s.student_id for s in mine], "finished": finished,
+            "max_score": max_score, "names": {s.student_id: s.name for s in subs},
             "people": {s.student_id: {"name": s.name, "lms": s.lms, "exported": s.exported}
                        for s in subs}}
-    (out / "manifest.json").write_text(json.dumps(data, indent=1))
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".manifest", suffix=".json")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(data, indent=1))
+    os.replace(tmp, out / "manifest.json")

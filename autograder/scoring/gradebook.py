@@ -92,6 +92,20 @@ def _manual_grades(gb, assignment, notebook, student) -> dict[str, dict]:
     return found
 
 
+def students(work: Path, assignment: str) -> set[str]:
+    """The students with a submission of ``assignment`` in the gradebook of course ``work``."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not (Path(work) / "gradebook.db").exists():
+        return set()
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:
+        warnings.simplefilter("ignore")
+        try:
+            return {sub.student.id for sub in gb.find_assignment(assignment).submissions}
+        except MissingEntry:
+            return set()
+
+
 def _record(gb, assignment, notebook, student, tests, manual, timestamp, penalty) -> None:
     from nbgrader.api import MissingEntry
 

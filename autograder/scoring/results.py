@@ -20,6 +20,7 @@ class Status(str, Enum):
     CRASHED = "crashed"        # the student's kernel died or broke the protocol
     UNGRADABLE = "ungradable"  # no notebook to grade (a PDF, an empty file, ...)
     ERROR = "error"            # the grader itself failed: never the student's fault
+    UNGRADED = "ungraded"      # (merge) its shard's run stopped first (a killed task): no score
 
     def __str__(self) -> str:
         return self.value

@@ -237,25 +237,44 @@ def _forced(solution: str, given: Given, library: list[_Code]) -> Counter:
                     if any(f in m.units[canonical.MODULE] for m in library)})
 
 
-def _pair(student, cell, other, a: _Code, b: _Code, rule, both, seen) -> list[Match]:
+class _Seen(dict):
+    """Results of compared pairs of texts, kept where a text repeats: resubmitted, untouched or
+    shared answers come again, and are compared once. Every other pair comes once, and keeping
+    it would grow with the square of the class (hundreds of bytes a pair: tens of GB at
+    10,000 students)."""
+
+    def __init__(self, repeated: set[int]):
+        super().__init__()
+        self.repeated = repeated  # ids of the canonical forms of texts more than one answer has
+
+    def keep(self, a, b, key, result) -> None:
+        if id(a) in self.repeated or id(b) in self.repeated:
+            self[key] = result
+
+
+_UNSEEN = object()
+
+
+def _pair(student, cell, other, a: _Code, b: _Code, rule, both, seen: _Seen) -> list[Match]:
     """The reported directions of one comparison: the student's, and with ``both`` (``other``
-    is a student too) the other's. ``seen`` keeps each distinct pair's result: resubmitted,
-    untouched or shared answers repeat the same texts, which are compared once."""
+    is a student too) the other's."""
     from copydetect import compare_files
 
     threshold, min_match, min_distinct, forced = rule
     key = (id(a), id(b), id(forced))
-    if key not in seen:
+    result = seen.get(key, _UNSEEN)
+    if result is _UNSEEN:
         if a.fp.hashes.isdisjoint(b.fp.hashes) and not a.units[canonical.MODULE].keys() & \
                 b.units[canonical.MODULE].keys():
-            seen[key] = None
+            result = None
         else:
             sides = (a, b), (b, a)
-            seen[key] = (compare_files(a.fp, b.fp)[1:],
-                         [_structure(x, y) for x, y in sides[:1 + both]], {})
-    if seen[key] is None:
+            result = (compare_files(a.fp, b.fp)[1:],
+                      [_structure(x, y) for x, y in sides[:1 + both]], {})
+        seen.keep(a, b, key, result)
+    if result is None:
         return []
-    ((share, share_other), (slices, slices_other)), structures, marked = seen[key]
+    ((share, share_other), (slices, slices_other)), structures, marked = result
     found = []
     for side, who, what, sim, x, y, sx, sy in (
             (0, student, other, share, a, b, slices, slices_other),
@@ -296,7 +315,7 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
     unknown = [s for s in chosen if s not in answers_by_student]
     if unknown:
         raise ValueError(f"students {unknown} have no answers to compare")
-    given, texts, seen, codes = Given(given, noise), {}, {}, {}
+    given, texts, uses, codes = Given(given, noise), {}, Counter(), {}
     for student, cells in answers_by_student.items():
         # a name one cell imports (``import numpy as np`` in a cell of its own) is the same in all
         own = {k: v for code in cells.values() for k, v in canonical.imports(code).items()}
@@ -307,6 +326,8 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
             if key not in texts:  # one canonical form per distinct text and imports
                 texts[key] = _answer(code, given, context, noise)
             codes[student][cell] = texts[key]
+            uses[key] += 1
+    seen = _Seen({id(texts[key]) for key, n in uses.items() if n > 1})
     modules = {name: _module(code, noise) for name, code in library.items()}
     forced = {cell: _forced(code, given, list(modules.values()))
               for cell, code in (solutions or {}).items()}
@@ -328,8 +349,10 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
                     if m.student_id in mine:
                         found.append(m)
     rank = {s: i for i, s in enumerate(chosen)}
+    # cells in the order of the whole class, whoever is chosen: a shard's report and flags
+    # then read as the unsharded run's
     cells = {c: i for i, c in enumerate(dict.fromkeys(
-        c for s in chosen for c in answers_by_student[s]))}
+        c for answers in answers_by_student.values() for c in answers))}
     found.sort(key=lambda m: (rank[m.student_id], cells.get(m.cell, len(cells)),
                               -m.similarity, m.match))
     shown: dict[tuple, int] = {}  # the HTML shows the closest SHOWN matches of each answer

@@ -1,0 +1,163 @@
+"""What grading one submission costs, per assignment: CPU-seconds and peak memory, for sizing a
+cluster run (``autograder/cluster/costs.py`` holds the numbers this prints).
+
+For each assignment, ``python -m autograder grade`` grades 1 and then K copies of the master
+solution with one worker, in a process of its own (with generous time limits: a busy machine
+must not turn a solution into a timeout; CPU time is what is measured). CPU is the whole
+process tree's (a cgroup's ``cpuacct`` where this host lets root make one, else the reaped
+children's rusage); the difference between the two runs, over K - 1, is one submission's, and
+the rest is the run's fixed cost (imports, ``generate_assignment``, the worker and its
+template, the similarity report of a class of one or K). Memory is sampled every 0.1 s, as a
+node's accounting does (proportional set size, so pages the workers share count once): the
+peak of the whole tree, and the peak of one submission's runner (the process that runs the
+student's code). A second worker is measured on assignment 01 alone: what each worker adds
+beside its submission's runner.
+
+    python benchmarks/grading_cost.py [--copies K] [ASSIGNMENT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from autograder.authoring.course import assignments, source_notebook
+
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def _tree(root: int) -> dict[int, int]:
+    """``root`` and its descendants now: pid -> parent pid."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = {root: 0}, [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            found[child] = pid
+            todo.append(child)
+    return found
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _pss_mb(pid: int, parent: int) -> tuple[float, bool]:
+    """(proportional set size in MB, whether it runs a submission's code: a runner started
+    for it, or one forked from a worker's template)."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0.0, False
+    kb = next((int(line.split()[1]) for line in rollup.splitlines()
+               if line.startswith("Pss:")), 0)
+    command = _command(pid)
+    runs = b"runner.py" in command and (b"--template" not in command
+                                        or b"runner.py" in _command(parent))
+    return kb / 1024, runs
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.tree_peak, self.runner_peak, self.done = pid, 0.0, 0.0, False
+
+    def run(self) -> None:
+        while not self.done:
+            sizes = [_pss_mb(p, parent) for p, parent in _tree(self.pid).items()]
+            self.tree_peak = max(self.tree_peak, sum(s for s, _ in sizes))
+            self.runner_peak = max([self.runner_peak] + [s for s, runs in sizes if runs])
+            time.sleep(0.1)
+
+
+def _cpu_group() -> Path | None:
+    if os.geteuid() != 0 or not (CPUACCT / "cgroup.procs").exists():
+        return None
+    group = CPUACCT / f"grading-cost-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError:
+        return None
+    return group
+
+
+def measure(assignment: str, copies: int, workers: int, tmp: Path) -> dict:
+    subs = tmp / f"subs-{assignment}-{copies}"
+    for i in range(copies):
+        (subs / f"student{i:03d}").mkdir(parents=True)
+        shutil.copy(source_notebook(assignment), subs / f"student{i:03d}" / f"{assignment}.ipynb")
+    group = _cpu_group()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    enter = (f"import os; open('{group}/cgroup.procs', 'w').write(str(os.getpid())); "
+             if group else "import os; ")
+    process = subprocess.Popen(
+        [sys.executable, "-c", enter + "import runpy, sys; sys.argv[0] = 'autograder'; "
+         "runpy.run_module('autograder', run_name='__main__')", "grade", assignment,
+         "--submissions", str(subs), "--out", str(tmp / f"out-{assignment}-{copies}"),
+         "--workers", str(workers), "--timeout-cell", "600", "--timeout-notebook", "3600"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = Sampler(process.pid)
+    sampler.start()
+    output = process.communicate()[0]
+    sampler.done = True
+    sampler.join()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if process.returncode != 0 or output.count(" graded") < copies:
+        raise RuntimeError(f"grading {assignment} failed:\n{output[-3000:]}")
+    if group:
+        cpu = int((group / "cpuacct.usage").read_text()) / 1e9
+        group.rmdir()
+    else:
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"cpu": cpu, "wall": wall, "tree_mb": sampler.tree_peak,
+            "runner_mb": sampler.runner_peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*", default=None)
+    parser.add_argument("--copies", type=int, default=6)
+    args = parser.parse_args()
+    chosen = args.assignments or assignments()
+    print(f"{os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}; "
+          f"CPU via {'cgroup cpuacct' if _cpu_group() else 'rusage'}")
+    for g in CPUACCT.glob(f"grading-cost-{os.getpid()}"):
+        g.rmdir()
+    with tempfile.TemporaryDirectory() as tmp:
+        for assignment in chosen:
+            one = measure(assignment, 1, 1, Path(tmp))
+            many = measure(assignment, args.copies, 1, Path(tmp))
+            each = (many["cpu"] - one["cpu"]) / (args.copies - 1)
+            print(f"{assignment}: {each:.2f} CPU-s per submission, fixed {one['cpu'] - each:.1f}"
+                  f" CPU-s per run; peak memory: a submission's runner "
+                  f"{max(one['runner_mb'], many['runner_mb']):.0f} MB, the run "
+                  f"{max(one['tree_mb'], many['tree_mb']):.0f} MB "
+                  f"(wall {one['wall']:.0f} s and {many['wall']:.0f} s)", flush=True)
+        two = measure("01_language_models", args.copies, 2, Path(tmp))
+        print(f"01_language_models with 2 workers: the run {two['tree_mb']:.0f} MB, "
+              f"{two['cpu']:.1f} CPU-s, wall {two['wall']:.0f} s; load "
+              f"{os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
