@@ -12,7 +12,7 @@ a stubbed answer then costs exactly those cells is ``selftest --independence``'s
 import nbformat
 import pytest
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.authoring.selftest import answer_map
 
 OWN_CELLS = {  # assignment: (answer cell: the test cells that read its names), total points

@@ -7,7 +7,7 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.authoring.course import COURSE, assignments, source_notebook
+from autograder.course import COURSE, assignments, source_notebook
 from autograder.authoring.release import ReleaseLeak, leaks, release
 from autograder.authoring.selftest import selftest
 from autograder.intake.late import load_policy

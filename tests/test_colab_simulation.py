@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import fresh_venv
 
-from autograder.authoring.course import assignments
+from autograder.course import assignments
 from autograder.authoring.publish import publish
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,10 +9,10 @@ import zipfile
 
 import pytest
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.authoring.release import release
 from autograder.isolation.sandbox import Limits, sandbox_problem
-from autograder.scoring.gradescope import bundle
+from autograder.authoring.gradescope_bundle import bundle
 
 A = "01_language_models"
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")

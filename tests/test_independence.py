@@ -5,7 +5,7 @@ itself, ``selftest(..., independence=True)`` for every assignment, runs in test_
 import nbformat
 import pytest
 
-from autograder.authoring.course import assignments, source_notebook
+from autograder.course import assignments, source_notebook
 from autograder.authoring.selftest import answer_map, defined_names
 from autograder.scoring.execute import name_hint
 
