@@ -6,7 +6,9 @@ real numbers only, and say what was expected without handing over the answer. ``
 calls a student's function under the assignment's rules: graded, the sandbox enforces them by
 construction (forbidden packages are absent there, torch's attention refuses: ``guard``) and
 ``own_work`` only checks that it was set up so; in a student's own kernel it applies the same
-rules for the one call, as well as a kernel that is not a sandbox can.
+rules for the one call, as well as a kernel that is not a sandbox can. ``cpu_seconds`` and
+``python_madd_seconds`` measure what a call costs in CPU time, never in wall time, so that a busy
+machine changes no grade.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib.util
 import math
 import os
 import sys
+import time
 from collections import Counter, OrderedDict, defaultdict
 
 from . import guard
@@ -193,3 +196,56 @@ def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwar
                                        attention=attention)
     with _local_rules(forbidden, attention, getattr(fn, "__name__", "your function")):
         return fn(*args, **kwargs)
+
+
+def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwargs):
+    """``(seconds, result)``: ``fn(*args, **kwargs)`` and the CPU time it took. CPU time, not
+    wall time: other programs running beside it (other students' notebooks, a busy laptop)
+    change the wall time, not this.
+
+    Graded, ``fn`` is a student's function: it runs in the sandbox, under the rules ``own_work``
+    checks (``forbidden``, ``forbidden_calls``), and the grader reads the CPU time of the
+    sandbox's processes from the kernel, outside the sandbox, where nothing the student's code
+    does can change it (``isolation.cputime``). Where the sandbox's cgroup does not count CPU
+    time, the call must run in the processes the sandbox had before it: one during which a
+    process of the sandbox started or ended cannot be metered, and fails. In a student's own
+    kernel it is this process's CPU time (``time.process_time``), and the call runs without
+    ``own_work``'s checks, which would slow it down.
+    """
+    if not isinstance(forbidden, (tuple, list)) or not all(isinstance(p, str) for p in forbidden):
+        raise TypeError(f"forbidden: expected a tuple of package names, got {forbidden!r}")
+    attention = _attention_rule(forbidden_calls)
+    remote = sys.modules.get("autograder.isolation.remote")
+    if remote is not None and isinstance(fn, remote.StudentObject):
+        value, usage = remote.call_under_rules(fn, args, kwargs, forbidden=tuple(forbidden),
+                                               attention=attention, metered=True)
+        if usage.others:
+            raise AssertionError(
+                f"{len(usage.others)} other process(es) of your notebook started or ended "
+                "while the call was timed, and their CPU time cannot be counted here: compute "
+                "it in the notebook's own process, without starting others")
+        return usage.seconds, value
+    start = time.process_time()
+    value = fn(*args, **kwargs)
+    return time.process_time() - start, value
+
+
+_FASTEST_MADD = [math.inf]  # the fastest multiply-add this process has timed so far
+
+
+def python_madd_seconds(terms: int = 100_000, repeat: int = 5) -> float:
+    """CPU seconds of one multiply-add written in plain Python on this machine: the fastest of
+    ``repeat`` dot products of ``terms`` floats held in lists, or of any such timing this
+    process made before. A unit of cost that grows with the work done, whatever the machine
+    and however busy it is: "a forward pass in plain Python" is the number of multiply-adds of
+    a forward pass times this. Busy neighbours can slow a CPU's every instruction a little
+    (sharing its caches, or its core as a hyperthread) and so make the unit larger, never
+    smaller: keeping the fastest timing of the process makes that count once at most."""
+    if type(terms) is not int or type(repeat) is not int or terms < 1 or repeat < 1:
+        raise ValueError(f"terms and repeat must be positive ints, got {terms!r}, {repeat!r}")
+    x = [0.5] * terms
+    for _ in range(repeat):
+        start = time.process_time()
+        sum(a * b for a, b in zip(x, x))
+        _FASTEST_MADD[0] = min(_FASTEST_MADD[0], (time.process_time() - start) / terms)
+    return _FASTEST_MADD[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
 from collections import Counter
 from types import SimpleNamespace
@@ -27,6 +28,15 @@ import torch
 from .checks import expect_float, own_work
 
 MAX_ELEMENTS = 10**5  # a reference part refuses larger tensors: it runs on the grader's time
+
+
+def fresh_seed() -> int:
+    """A seed drawn when the test runs, from the operating system's randomness: inputs made
+    from it cannot be known in advance, so no answer can have worked out their results before
+    it was called (a test that times an answer must time it on those). Name it in a failure
+    message, so that the failure can be reproduced."""
+    return int.from_bytes(os.urandom(4), "little")
+
 
 # ------------------------------------------------------------- 02: RNN language model
 

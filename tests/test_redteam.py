@@ -3,7 +3,8 @@
 Each class is one grading run of a small class, every row asserted with its exact points and
 message. Other classes live beside this file: torch's attention reached by any route in
 ``test_attention_guard.py`` (04), sandbox escapes and run-stoppers of one notebook in
-``test_hostile.py`` and ``test_workers.py``, pasted code in ``test_similarity.py``. Needs
+``test_hostile.py`` and ``test_workers.py``, pasted code in ``test_similarity.py``, gradients
+not computed by backpropagation (02) in ``test_assignment_02.py``. Needs
 bubblewrap (``.ci/run`` installs it).
 """
 
@@ -44,118 +45,6 @@ def graded(tmp, assignment, students: dict[str, dict]) -> tuple[dict, object]:
                  log=lambda *a: None)
     assert sorted(r["student_id"] for r in rows) == sorted(students)  # every row is there
     return {r["student_id"]: r for r in rows}, tmp / "out"
-
-
-# ------------------------------------------------------------------ 02: gradients by hand
-A02 = "02_rnn_backprop"
-NUMERIC_HEAD = '''def rnn_backward(params, ids, targets, hs, probs):
-    """Every gradient from the loss alone: no backpropagation written."""
-    theta = {**params, "h0": hs[0]}
-    grads = {}
-    for name, value in theta.items():
-        grads[name] = np.zeros_like(value)
-        for index in np.ndindex(value.shape):
-'''
-COMPLEX_STEP = NUMERIC_HEAD + '''\
-            moved = {k: v.astype(complex) for k, v in theta.items()}
-            moved[name][index] += 1e-30j
-            rest = {k: v for k, v in moved.items() if k != "h0"}
-            loss = _complex_loss(rest, ids, targets, moved["h0"])
-            grads[name][index] = loss.imag / 1e-30
-    return grads
-
-
-def _complex_loss(p, ids, targets, h):
-    total = 0
-    for x, y in zip(ids, targets):
-        h = np.tanh(p["W"] @ p["E"][x] + p["U"] @ h + p["b"])
-        z = p["V"] @ h + p["c"]
-        z = z - z.real.max()
-        total = total + np.log(np.exp(z).sum()) - z[y]
-    return total / len(ids)
-'''
-FINITE_DIFFERENCES = NUMERIC_HEAD + '''\
-            up = {k: v.copy() for k, v in theta.items()}
-            down = {k: v.copy() for k, v in theta.items()}
-            up[name][index] += 1e-6
-            down[name][index] -= 1e-6
-            loss_up = rnn_forward({k: v for k, v in up.items() if k != "h0"}, ids, targets,
-                                  up["h0"])[2]
-            loss_down = rnn_forward({k: v for k, v in down.items() if k != "h0"}, ids,
-                                    targets, down["h0"])[2]
-            grads[name][index] = (loss_up - loss_down) / 2e-6
-    return grads
-'''
-# complex-step where it is checked, anything fast where it is timed
-DODGING_THE_CLOCK = COMPLEX_STEP.replace('''    theta = {**params, "h0": hs[0]}
-''', '''    theta = {**params, "h0": hs[0]}
-    if sum(v.size for v in theta.values()) > 500:  # only the cost test's model is this big
-        return {k: np.zeros_like(v) for k, v in theta.items()}
-''')
-LOOPS = '''def rnn_backward(params, ids, targets, hs, probs):
-    """Honest BPTT written with Python loops over every matrix entry: slow, not numerical."""
-    E, W, U, V = params["E"], params["W"], params["U"], params["V"]
-    T, H, C, D = len(ids), hs.shape[1], V.shape[0], E.shape[1]
-    g = {k: np.zeros_like(params[k]) for k in ("E", "W", "U", "b", "V", "c")}
-    carry = np.zeros(H)
-    for t in reversed(range(T)):
-        dz = probs[t].copy()
-        dz[targets[t]] -= 1
-        dz /= T
-        for i in range(C):
-            for j in range(H):
-                g["V"][i, j] += dz[i] * hs[t + 1][j]
-        g["c"] += dz
-        da = (V.T @ dz + carry) * (1 - hs[t + 1] ** 2)
-        for i in range(H):
-            for j in range(H):
-                g["U"][i, j] += da[i] * hs[t][j]
-            for j in range(D):
-                g["W"][i, j] += da[i] * E[ids[t]][j]
-        g["b"] += da
-        g["E"][ids[t]] += W.T @ da
-        carry = U.T @ da
-    g["h0"] = carry
-    return g
-'''
-AUTOGRAD = '''def rnn_backward(params, ids, targets, hs, probs):
-    import torch
-
-    tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    h = torch.tensor(hs[0], requires_grad=True)
-    return {k: v.grad.numpy() for k, v in tp.items()}
-'''
-CLASS_02 = {  # student -> (rnn_backward answer, score, the message of what it lost)
-    "honest": (None, 14, {}),
-    "loops_in_python": (LOOPS, 14, {}),
-    "complex_step": (COMPLEX_STEP, 13, {"test_rnn_backward_cost": "is not backpropagation"}),
-    "dodging_the_clock": (DODGING_THE_CLOCK, 13,
-                          {"test_rnn_backward_cost": "d loss / d E of the timed call"}),
-    "finite_differences": (FINITE_DIFFERENCES, 13,
-                           {"test_rnn_backward_cost": "is not backpropagation"}),
-    "autograd": (AUTOGRAD, 9, {t: "torch is not available while your notebook is graded" for t in
-                               ("test_rnn_backward_numeric", "test_rnn_backward_random",
-                                "test_rnn_backward_cost")}),
-}
-
-
-@pytest.fixture(scope="module")
-def class_02(tmp_path_factory):
-    students = {s: notebook(A02, **({"rnn_backward": a} if a else {}))
-                for s, (a, _, _) in CLASS_02.items()}
-    return graded(tmp_path_factory.mktemp("redteam02"), A02, students)
-
-
-@pytest.mark.parametrize("student", sorted(CLASS_02))
-def test_gradients_must_come_from_backpropagation(class_02, student):
-    rows, out = class_02
-    _, score, lost = CLASS_02[student]
-    row = rows[student]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", score, 14), row
-    failed = {t: r["message"] for t, r in feedback(out, student).items() if not r["passed"]}
-    assert sorted(failed) == sorted(lost), failed
-    for test, message in lost.items():
-        assert message in failed[test], failed[test]
 
 
 # ------------------------------------ values that name modules, files beside the notebook

@@ -34,6 +34,7 @@ import time
 import types
 from collections import Counter, OrderedDict
 
+from .cputime import Meter, Usage
 from .protocol import MAX_FRAME, NUMERIC, REQUESTS
 
 TEST_MODULE = "__grader_tests__"
@@ -58,11 +59,12 @@ class SandboxGone(Exception):
 
 
 def call_under_rules(target: StudentObject, args, kwargs, forbidden: tuple[str, ...],
-                     attention: bool):
+                     attention: bool, metered: bool = False):
     """Call a student's function that may not use the ``forbidden`` packages, nor torch's
     attention if ``attention`` (what ``checks.own_work`` asks of a graded answer). The sandbox
     enforces both by construction; this checks, from what the grader set up and what the
-    sandbox reported before any student code ran, that it did, and fails closed if not."""
+    sandbox reported before any student code ran, that it did, and fails closed if not.
+    ``metered``: return (its value, the sandbox's CPU ``Usage`` during the call) instead."""
     session = target._session
     withheld = set(session.sandbox.withheld)
     missing = [p for p in forbidden if p.split(".")[0] not in withheld and p not in withheld]
@@ -74,6 +76,8 @@ def call_under_rules(target: StudentObject, args, kwargs, forbidden: tuple[str, 
         raise AssertionError(f"torch's attention could not be switched off in the grading "
                              f"sandbox ({session.attention}), so this answer cannot be graded; "
                              "please tell your instructor")
+    if metered:
+        return session.call_metered(target, args, kwargs)
     return session.call(target, args, kwargs)
 
 
@@ -316,6 +320,17 @@ class Session:
         reply = self.request(("call", target._key, self._pickle((list(args), dict(kwargs))),
                               seed, seconds), seconds)
         return self._result(reply)
+
+    def call_metered(self, target: StudentObject, args, kwargs) -> tuple[object, Usage]:
+        """``call``, and the CPU time the sandbox's processes spent on it, counted by the
+        kernel and read here, outside the sandbox (``cputime``)."""
+        seconds = self.budget()
+        message = ("call", target._key, self._pickle((list(args), dict(kwargs))), 0, seconds)
+        root = getattr(self.proc, "pid", None) if isinstance(self.proc, subprocess.Popen) \
+            else None
+        with Meter(self.box.groups, self.box.uid, root) as usage:
+            reply = self.request(message, seconds)
+        return self._result(reply), usage
 
     def inspect(self, op: str, target: StudentObject, arg=None):
         seconds = self.budget()
