@@ -60,8 +60,8 @@ def ours(copies: int, workers: int, tmp: Path, isolation: str) -> tuple[float, f
     chosen = None
     modes = {}
     if isolation == "uid":  # the course and the withheld packages closed to others, meanwhile
-        from autograder.isolation.kinds import UID, Isolation
         from autograder.isolation.exposure import hide_withheld, package_folders
+        from autograder.isolation.kinds import UID, Isolation
         from autograder.isolation.limits import WITHHELD
 
         chosen = Isolation(UID, "asked for by --isolation uid")
@@ -92,8 +92,8 @@ def starts(isolation: str, tmp: Path) -> None:
     torch imported) against a runner forked from the template, and grading the solution."""
     from autograder.intake.normalize import given_imports, plan, read_notebook
     from autograder.isolation.kinds import UID, Isolation, choose
-    from autograder.isolation.session import Session
     from autograder.isolation.sandbox import Limits, Sandbox, support_folder
+    from autograder.isolation.session import Session
     from autograder.scoring.execute import grade_steps
 
     chosen = Isolation(UID, "asked for") if isolation == "uid" else choose()

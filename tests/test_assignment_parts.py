@@ -12,8 +12,8 @@ a stubbed answer then costs exactly those cells is ``selftest --independence``'s
 import nbformat
 import pytest
 
-from autograder.course import source_notebook
 from autograder.authoring.selftest import answer_map
+from autograder.course import source_notebook
 
 OWN_CELLS = {  # assignment: (answer cell: the test cells that read its names), total points
     "05_transformer": ({

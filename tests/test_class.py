@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autograder.course import COURSE, source_notebook
 from autograder.authoring.release import release
+from autograder.course import COURSE, source_notebook
 from autograder.intake.late import LatePolicy
 from autograder.intake.submissions import collect
 from autograder.isolation.kinds import BUBBLEWRAP, UID, Isolation, uid_problem

@@ -4,7 +4,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from helpers import sandbox_program
 
 from autograder.isolation.protocol import REQUESTS

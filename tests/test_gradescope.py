@@ -9,10 +9,10 @@ import zipfile
 
 import pytest
 
-from autograder.course import source_notebook
-from autograder.authoring.release import release
-from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.authoring.gradescope_bundle import bundle
+from autograder.authoring.release import release
+from autograder.course import source_notebook
+from autograder.isolation.sandbox import Limits, sandbox_problem
 
 A = "01_language_models"
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")

@@ -52,7 +52,7 @@ def test_the_sandboxs_programs_import_only_each_other_and_the_standard_library()
     import sys
 
     peers = {"protocol", "rules", "runner", "guard", "become", "ending",
-             "IPython"}  # the shell that runs cells, where the sandbox has it
+             "IPython", "torch"}  # the shell that runs cells; torch, to switch its attention off
     for path in [*(AUTOGRADER / "isolation" / "inside").glob("*.py"),
                  AUTOGRADER / "isolation" / "privileged" / "template.py"]:
         for module in imports(path):

@@ -13,8 +13,8 @@ from test_class import HABITS, ISOLATIONS
 
 from autograder.course import assignments, source_notebook
 from autograder.intake.normalize import given_imports, read_notebook, refuses_attention, withheld
-from autograder.isolation.session import Session
 from autograder.isolation.sandbox import Limits, Sandbox, sandbox_problem, support_folder
+from autograder.isolation.session import Session
 from autograder.scoring.graded_copy import png
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()),

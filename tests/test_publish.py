@@ -13,9 +13,9 @@ import pytest
 import tomllib
 from helpers import fresh_venv, sandbox_program
 
-from autograder.course import COURSE, assignments, source_notebook
 from autograder.authoring.publish import ROOT, EditionLeak, edition_leaks, publish, trivial
 from autograder.authoring.release import ReleaseLeak, leaks, regions
+from autograder.course import COURSE, assignments, source_notebook
 from autograder.intake.normalize import plan, read_notebook
 from seqlab.course import colab_header
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from similarity_class import CLASS
 
-from autograder.course import source_notebook
 from autograder.authoring.release import release
+from autograder.course import source_notebook
 from autograder.intake.normalize import plan, read_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring import similarity

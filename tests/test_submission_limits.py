@@ -13,8 +13,8 @@ import pytest
 
 from autograder.isolation.exposure import readable_copies, refuse_if_exposed
 from autograder.isolation.kinds import choose
-from autograder.isolation.session import Session
 from autograder.isolation.sandbox import Limits, Sandbox, sandbox_problem, support_folder
+from autograder.isolation.session import Session
 from autograder.scoring.grade import COLUMNS, read_grades, write_grades
 from autograder.scoring.similarity import Match, write_report
 from autograder.scoring.spreadsheet import cell

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from autograder.course import COURSE, source_notebook
 from autograder.authoring.release import release
+from autograder.course import COURSE, source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade, read_grades
 from autograder.scoring.handgrading import sync

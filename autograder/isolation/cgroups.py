@@ -12,21 +12,20 @@ from pathlib import Path
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "seqlab-grader"
 CPU_PERIOD_US = 100_000
-CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # v1; cpuacct counts CPU time exactly
 
 
 def make(name: str) -> dict[str, Path]:
-
     """Writable cgroup folders for one sandbox: {'memory': ..., 'pids': ...} and, where the
-    host has it, {'cpu': ...} (v1), or {'unified': ...} (v2), or {} when this host does not let
-    us create them."""
-    v1 = {c: CGROUP_V1 / c for c in ("memory", "pids", "cpu")}
+    host has them, {'cpu': ..., 'cpuacct': ...} (v1), or {'unified': ...} (v2), or {} when this
+    host does not let us create them."""
+    v1 = {c: CGROUP_V1 / c for c in CONTROLLERS}
     if all((v1[c] / "cgroup.procs").exists() for c in ("memory", "pids")):
         try:
             made = {}
             for controller, root in v1.items():
                 if not (root / "cgroup.procs").exists():
-                    continue  # no cpu controller: the CPU share is not enforced
+                    continue  # no cpu controller: the CPU share is not enforced here
                 folder = root / CGROUP_PARENT / name
                 folder.mkdir(parents=True, exist_ok=True)
                 made[controller] = folder
@@ -112,7 +111,7 @@ def empty_and_remove(folder: Path, wait: float = 5.0) -> None:
             time.sleep(0.05)
 
 
-def remove_stale_cgroups() -> None:
+def remove_stale() -> None:
     """Remove the cgroups of grading runs that died before they could (killed): cgroups outlive
     their processes. Grading names its sandboxes' "<process id of the run>-...": a folder whose
     run no longer exists is stale (its processes, if any are left, are killed)."""

@@ -231,7 +231,8 @@ class _Run:
             with contextlib.suppress(Exception):
                 write_feedback(self.out / "feedback" / student, row, [])
         write_grades(self.out / "grades.csv", self.all_rows())
-        self.log(f"[{seconds:6.1f} s] {student}: {row['score'] or '?'}/{row['max_score']:g} "
+        score = "pending" if row["score"] == "" else f"{row['score']:g}"
+        self.log(f"[{seconds:6.1f} s] {student}: {score}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
         self.record(wait=False)
 

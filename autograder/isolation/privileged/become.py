@@ -1,7 +1,7 @@
 """Becoming an unprivileged uid for good, the one way: a template's child turns into the runner
 of one submission with ``drop_to``; every program the grader starts as a sandbox's uid (the uid
 fallback's runners, the probes of what that uid can read) starts through this file run as a
-program, ``python become.py UID -- COMMAND ...``, which drops and then runs COMMAND. Runs as
+program, ``python become.py UID -- COMMAND ...``, which opens COMMAND, drops, then runs it. Runs as
 root (on the host, or as a sandbox's template); never runs student code itself.
 """
 
@@ -49,8 +49,13 @@ def drop_to(uid):
 
 
 if __name__ == "__main__":
+    import shutil
+
     uid, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
         sys.exit("usage: become.py UID -- COMMAND [ARGUMENT ...]")
+    # found and opened as root (the uid may not search the folders on its way, such as a
+    # Python installed in root's home), then run by its descriptor once the uid is all we are
+    program = os.open(shutil.which(command[0]) or command[0], os.O_RDONLY | os.O_CLOEXEC)
     drop_to(int(uid))
-    os.execvp(command[0], command)
+    os.execve(program, command, os.environ)
