@@ -31,11 +31,9 @@ set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 # Gradescope has no GPU: the CPU wheel of torch is a tenth of the size.
 TORCH="${AUTOGRADER_TORCH:-torch --index-url https://download.pytorch.org/whl/cpu}"
-if ! command -v bwrap >/dev/null || ! command -v setpriv >/dev/null \\
-        || ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+if ! command -v bwrap >/dev/null || ! python3 -c "import ensurepip, venv" 2>/dev/null; then
     apt-get update
-    apt-get install -y --no-install-recommends bubblewrap util-linux python3 python3-venv \\
-        python3-pip
+    apt-get install -y --no-install-recommends bubblewrap python3 python3-venv python3-pip
 fi
 FLAGS="${AUTOGRADER_PIP_FLAGS---no-cache-dir}"
 python3 -m venv "$ROOT/venv"

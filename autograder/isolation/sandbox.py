@@ -1,29 +1,30 @@
-"""Start the sandbox that student code runs in: bubblewrap, an unprivileged user, hard limits.
+"""Start the sandbox that student code runs in (bubblewrap, or the uid fallback's uid), with hard
+limits, and clean up after it. ``SECURITY.md`` beside this file maps each threat to the file
+that stops it.
 
 The sandbox sees a whitelist, not the host: the system (/usr, /etc), this Python and its
-environment, and a support folder with the runner. The course (source notebooks, hidden tests),
-the gradebook, the output folder and every other student's files are simply not there. It has no
-network (a fresh network namespace: not even the host's loopback), writes only to its
-size-capped scratch folder and /tmp (tmpfs), and runs as an unprivileged uid when the grader is
-root. Packages an
-answer must not call (the course's reference implementation, nltk, sacrebleu, transformers, and
-whatever an assignment's master notebook lists under ``metadata.autograder.withhold``) are
-withheld: a stub that raises ImportError is mounted over each one's real folder (found by real
-path, so symbolic links and lib64 lead there too) and comes first on PYTHONPATH, so no import
-path reaches them.
-Where answers must compute attention themselves, the runner switches torch's attention off
-before any student code runs (``guard``).
+environment, and a support folder with the programs it runs (``PROGRAMS``). The course (source
+notebooks, hidden tests), the gradebook, the output folder and every other student's files are
+simply not there. It has no network (a fresh network namespace: not even the host's loopback),
+writes only to its size-capped scratch folder and /tmp (tmpfs), and runs as an unprivileged uid
+when the grader is root: a uid leased for it (``privileged/identity.py``), never another
+sandbox's. Packages an answer must not call (the course's reference implementation, nltk,
+sacrebleu, transformers, and whatever an assignment's master notebook lists under
+``metadata.autograder.withhold``) are withheld: a stub that raises ImportError is mounted over
+each one's real folder (found by real path, so symbolic links and lib64 lead there too) and
+comes first on PYTHONPATH, so no import path reaches them. Where answers must compute attention
+themselves, the runner switches torch's attention off before any student code runs (``guard``).
 
-Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
-to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
-says which.
+Memory, process and CPU caps use cgroups (v1 or v2) when this host lets us create them, and
+fall back to rlimits (address space, processes of the sandbox's user) otherwise;
+``Sandbox.limits_in_force`` says which. When a sandbox stops, every process of its uid is
+killed (``privileged/ending.py``) and, in its own cgroups, every process left.
 
 Starting Python and importing torch is most of a sandbox's start (about 1.3 s of CPU). Where the
-grader is root, each grading worker therefore keeps a ``Template``: one sandbox that imported
-torch once, from which each submission's runner is forked as a child that becomes an
-unprivileged uid (not the one of the submission before it) before any student code runs, and
-whose processes, files and IPC objects are removed after it. Under bubblewrap, a worker's
-submissions share that sandbox (its /tmp, namespaces, cgroups) in turn, never at once.
+grader is root, each grading worker therefore keeps a template (``privileged/template.py``,
+which says what a child shares with it): one sandbox that imported torch once, from which each
+submission's runner is forked as a child that becomes an unprivileged uid (not the one of the
+submission before it) before any student code runs.
 """
 
 from __future__ import annotations
