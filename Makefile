@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH  ?=
 NOTEBOOKS ?=
 
-.PHONY: setup lab test course release grade selftest clean
+.PHONY: setup lab test course site release grade selftest clean
 
 setup: $(VENV)/.installed
 
@@ -42,6 +42,13 @@ test: setup
 course: setup
 	$(BIN)/python -m seqlab.course $(if $(FULL),--full) --out executed $(NOTEBOOKS)
 
+# The course as a static HTML book, from the lectures as executed (FAST here; FULL=1 on a GPU
+# is what a lecturer publishes): make site [OUT=site/] [FULL=1]. NOTEBOOKS=... runs only those
+# again and reuses the other runs in executed/. Preview: python -m http.server --directory site
+site: setup
+	$(BIN)/python -m seqlab.course $(if $(FULL),--full) --out executed $(NOTEBOOKS)
+	$(BIN)/python -m autograder book --executed executed --out $(or $(OUT),site)
+
 # Instructors: make release A=01_language_models OUT=release/
 #              make grade A=01_language_models SUBMISSIONS=submissions.zip OUT=graded/ ARGS="--workers 4"
 release: setup
@@ -54,4 +61,4 @@ selftest: setup
 	$(BIN)/python -m autograder selftest $(A)
 
 clean:
-	rm -rf executed results .pytest_cache .ruff_cache
+	rm -rf executed results site .pytest_cache .ruff_cache

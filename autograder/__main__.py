@@ -1,4 +1,5 @@
-"""python -m autograder: release, publish, grade and self-test the course's assignments."""
+"""python -m autograder: release, publish, grade and self-test the course's assignments; build
+the course's book."""
 
 from __future__ import annotations
 
@@ -57,8 +58,22 @@ def release_command(args) -> int:
 def publish_command(args) -> int:
     from .authoring.publish import publish
 
-    path = publish(args.out, args.repo, args.branch, args.course, names=args.assignments)
+    path = publish(args.out, args.repo, args.branch, args.course, names=args.assignments,
+                   book=args.book)
     print(f"student edition written to {path}: commit and push it as its own repository")
+    if args.book is None:
+        print("it has no book: build one with make site and publish again with --book site")
+    return 0
+
+
+def book_command(args) -> int:
+    from .authoring.book import build_book
+
+    warnings = build_book(args.executed, args.out, args.course)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    print(f"book written to {args.out}/ ({len(warnings)} Sphinx warning(s)); preview it with "
+          f"python -m http.server --directory {args.out}")
     return 0
 
 
@@ -163,6 +178,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--assignments", nargs="+", metavar="NAME",
                    help="the assignments released so far (default: the released list of "
                         "<course>/course.toml, else every assignment)")
+    p.add_argument("--book", type=Path,
+                   help="the course's book (make site), published with the edition's GitHub "
+                        "Pages workflow")
+
+    p = command("book", book_command, "build the course's book (static HTML) from the lectures "
+                                      "as executed by python -m seqlab.course")
+    p.add_argument("--executed", type=Path, default=Path("executed"),
+                   help="the lecture runs (default: executed/, as make course writes it)")
+    p.add_argument("--out", type=Path, default=Path("site"),
+                   help="new folder or an earlier book (default: site/)")
 
     p = command("grade", grade_command, "autograde a folder or LMS zip of submissions")
     p.add_argument("assignment")

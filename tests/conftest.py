@@ -54,6 +54,44 @@ def closed_port():
     return f"http://127.0.0.1:{port}"
 
 
+class LectureRuns:
+    """Each lecture executed once per test session in FAST mode, into one folder, as ``make
+    course`` does: the notebook tests time and check these runs, and the book test builds the
+    book from them, whichever asks first (so no lecture runs twice, in any test order)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._done: dict[str, float | BaseException] = {}
+
+    def run(self, path: Path) -> float:
+        """Seconds ``path`` took (it runs on first call); its failure, raised again, after."""
+        from seqlab.course import run_notebook
+
+        if path.name not in self._done:
+            try:
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.chdir(self.folder.parent)  # a relative folder, as `make course` passes
+                    patch.delenv("OMP_NUM_THREADS", raising=False)
+                    self._done[path.name] = run_notebook(path, Path(self.folder.name))
+            except Exception as err:
+                self._done[path.name] = err
+        outcome = self._done[path.name]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def all(self, paths) -> Path:
+        """Run every lecture of ``paths`` not run yet; return the folder of their runs."""
+        for path in paths:
+            self.run(path)
+        return self.folder
+
+
+@pytest.fixture(scope="session")
+def lecture_runs(tmp_path_factory):
+    return LectureRuns(tmp_path_factory.mktemp("lectures") / "executed")
+
+
 _NOTEBOOK_TIMES: dict = {}
 
 

@@ -48,7 +48,7 @@ def grade_one(root, notebook_text, name="submission.ipynb"):
 def test_bundle_layout(image):
     _, names, modes, _ = image
     assert {"setup.sh", "run_autograder", f"course/source/{A}/{A}.ipynb",
-            "project/pyproject.toml", "project/autograder/isolation/runner.py",
+            "project/pyproject.toml", "project/autograder/isolation/inside/runner.py",
             "project/lib/seqlab/__init__.py"} <= set(names)
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
     assert not [n for n in names if "__pycache__" in n or ".venv" in n]

@@ -309,7 +309,8 @@ def test_every_submission_is_exactly_one_row(hostile):
     with open(out / "grades.csv") as handle:
         written = list(csv.DictReader(handle))
     assert list(written[0]) == ["student_id", "name", "assignment", "score", "max_score",
-                                "status", "message", "flags"]
+                                "auto_score", "manual_score", "needs_manual", "status",
+                                "message", "flags", "tests_version"]
     assert sorted(r["student_id"] for r in written) == sorted(table) == sorted(rows)
 
 

@@ -49,11 +49,15 @@ def test_the_thread_sensitive_lectures_exist():
     assert set(THREAD_SENSITIVE) <= {path.stem for path in PATHS}
 
 
-def _run(path: Path, out: Path, env: dict | None = None) -> float:
-    seconds = run_notebook(path, out, env=env)
+def _check_run(path: Path, out: Path) -> None:
     assert (out / path.name).exists()
     results = json.loads((out / "results" / f"{path.stem}.json").read_text())
     assert results, f"{path.name} recorded no headline number"
+
+
+def _run(path: Path, out: Path, env: dict | None = None) -> float:
+    seconds = run_notebook(path, out, env=env)
+    _check_run(path, out)
     return seconds
 
 
@@ -71,11 +75,10 @@ def one_thread_runs(tmp_path_factory):
 
 @pytest.mark.parametrize(("path", "threads"), RUNS,
                          ids=[f"{p.stem}-threads={t}" for p, t in RUNS])
-def test_runs_in_fast_mode(path, threads, tmp_path, notebook_times, monkeypatch, request):
-    if threads == "default":
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        seconds = _run(path, Path("out"))  # a relative folder, as `make course` passes
+def test_runs_in_fast_mode(path, threads, notebook_times, lecture_runs, request):
+    if threads == "default":  # the run the book is built from (tests/test_book.py)
+        seconds = lecture_runs.run(path)
+        _check_run(path, lecture_runs.folder)
     else:
         seconds = request.getfixturevalue("one_thread_runs")[path.stem].result()
     notebook_times[f"{path.name} (threads: {threads})"] = seconds  # 1: two at a time

@@ -13,11 +13,18 @@ import pytest
 import tomllib
 from helpers import fresh_venv, sandbox_program
 
-from autograder.authoring.publish import ROOT, EditionLeak, edition_leaks, publish, trivial
+from autograder.authoring.publish import (
+    ROOT,
+    EditionLeak,
+    course_secrets,
+    edition_leaks,
+    publish,
+    trivial,
+)
 from autograder.authoring.release import ReleaseLeak, leaks, regions
 from autograder.course import COURSE, assignments, source_notebook
 from autograder.intake.normalize import plan, read_notebook
-from seqlab.course import colab_header
+from seqlab.course import colab_header, colab_url
 
 REPO, BRANCH = "https://github.com/acme/nlp-students", "fall26"
 NAMES = assignments()
@@ -28,7 +35,18 @@ FORBIDDEN = ("assignments/source", "gradebook", "nbgrader_config", "late_policy"
 
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
-    return publish(tmp_path_factory.mktemp("published") / "edition", REPO, BRANCH)
+    book = _fake_book(tmp_path_factory.mktemp("book") / "site", REPO, BRANCH)
+    return publish(tmp_path_factory.mktemp("published") / "edition", REPO, BRANCH, book=book)
+
+
+def _fake_book(folder: Path, repo: str, branch: str) -> Path:
+    """What publish needs of a book (tests/test_book.py builds and checks the real one)."""
+    (folder / "_static").mkdir(parents=True)
+    (folder / ".buildinfo").write_text("# Sphinx build info\n")
+    (folder / "_static" / "book.css").write_text("body { margin: 0; }\n")
+    (folder / "index.html").write_text(
+        f'<a href="{colab_url(repo, branch, "notebooks/01_language_models.ipynb")}">Colab</a>\n')
+    return folder
 
 
 def _files(folder: Path) -> list[str]:
@@ -44,7 +62,8 @@ def test_the_edition_holds_what_students_need_and_nothing_else(edition):
     assert "seqlab/data/bundled/tinyshakespeare.txt.gz" in library  # the shipped corpora
     assert files == sorted(
         ["README.md", "pyproject.toml", "autograder/__init__.py", "autograder/checks.py",
-         "autograder/guard.py"]
+         "autograder/guard.py", ".github/workflows/pages.yml", "book/.buildinfo",
+         "book/index.html", "book/_static/book.css"]
         + [f"notebooks/{name}" for name in lectures] + [f"lib/{path}" for path in library]
         + [f"assignments/{name}/{name}.ipynb" for name in NAMES])
     assert not [f for f in files if any(bad in f for bad in FORBIDDEN)]
@@ -109,6 +128,33 @@ def test_every_notebook_opens_on_colab_from_the_edition(edition):
     assert '"autograder"' in pyproject and '"seqlab"' in pyproject
     readme = (edition / "README.md").read_text()
     assert "File → Download" in readme and "colab.research.google.com/github/acme" in readme
+
+
+def test_the_book_is_published_with_github_pages(edition, tmp_path):
+    assert "as a book: https://acme.github.io/nlp-students/" in (edition / "README.md").read_text()
+    workflow = (edition / ".github" / "workflows" / "pages.yml").read_text()
+    assert 'branches: ["fall26"]' in workflow and "path: book" in workflow
+    assert "actions/deploy-pages" in workflow
+    other = _fake_book(tmp_path / "other", REPO, "main")
+    with pytest.raises(ValueError, match="Colab links open acme/nlp-students @ main, not this"):
+        publish(tmp_path / "out", REPO, BRANCH, book=other)
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ValueError, match="not a built book"):
+        publish(tmp_path / "out", REPO, BRANCH, book=tmp_path / "notes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_secret_line_is_found_in_a_web_page_however_it_is_highlighted(tmp_path):
+    """The book's pages show code highlighted: each token of a line in a tag of its own."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    line = next(line for line in course_secrets() if "(" in line and "=" in line)
+    page = highlight(f"x = 1\n{line}\n", PythonLexer(), HtmlFormatter())
+    assert line not in page  # only the page's text holds it
+    (tmp_path / "page.html").write_text(f"<html><body>{page}</body></html>")
+    assert [found[:2] for found in edition_leaks(tmp_path)] == [("page.html", line)]
 
 
 def test_the_colab_cells_cost_nothing_when_graded(edition):

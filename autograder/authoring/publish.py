@@ -11,7 +11,9 @@ builds (nbgrader's practice: a private source, a published release):
 - ``autograder/checks.py`` (with ``guard.py``, which it uses) and a small ``__init__``: all the
   visible tests import;
 - ``pyproject.toml`` (package ``seqlab`` and that small ``autograder``, the course's runtime
-  dependencies) and a README for students.
+  dependencies) and a README for students;
+- with ``--book SITE``: ``book/``, the course's book (``python -m autograder book``, ``make
+  site``), and ``.github/workflows/pages.yml``, which publishes it with GitHub Pages.
 
 Every notebook gets a Colab badge and a Colab-only setup cell pointing at the edition's own
 repository (``--repo``, default: ``[tool.seqlab.colab]`` of pyproject.toml, the course's public
@@ -34,6 +36,7 @@ import re
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -66,9 +69,27 @@ def trivial(line: str) -> bool:
     return len(_WORD.findall(line)) <= 1
 
 
+class _HTMLText(HTMLParser):
+    """The text of a page, its lines as a reader sees them (code highlighting wraps every
+    token of a line in its own tag, so a line of code is found only in the text)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
 def _text_lines(path: Path) -> list[str]:
-    """The lines a reader of ``path`` sees: cell sources and outputs of a notebook, else text."""
+    """The lines a reader of ``path`` sees: cell sources and outputs of a notebook, the text of
+    a web page, else the file's text."""
     raw = path.read_bytes().decode("utf-8", errors="replace")
+    if path.suffix in (".html", ".htm"):
+        page = _HTMLText()
+        page.feed(raw)
+        page.close()
+        return "".join(page.parts).splitlines() + raw.splitlines()
     if path.suffix == ".ipynb":
         try:
             nb = json.loads(raw)
@@ -144,6 +165,8 @@ def allowed(relative: str, names: list[str]) -> bool:
         return len(parts) == 2 and re.fullmatch(r"\d\d_\w+\.ipynb", parts[1]) is not None
     if parts[:2] == ["lib", "seqlab"]:
         return "__pycache__" not in parts and not relative.endswith(".pyc")
+    if parts[0] == "book" or relative == PAGES_WORKFLOW_PATH:
+        return True  # scanned like the rest
     return parts[0] == "assignments" and len(parts) >= 3 and parts[1] in names
 
 
@@ -249,39 +272,16 @@ branch = {json.dumps(branch)}
 """
 
 
-def readme(build: Path, repo: str, branch: str) -> str:
-    """The students' README: run locally or on Colab, solve, submit."""
+def how_to_run(repo: str) -> str:
+    """The students' guide to running the course, on Colab and on a laptop (markdown, level-2
+    headings): the edition's README and the book's home page both show it."""
     from seqlab.course import github_repository
 
-    owner_name = github_repository(repo)
-    folder = owner_name.split("/")[1]
+    folder = github_repository(repo).split("/")[1]
+    return f"""## On Google Colab
 
-    def colab(relative: str) -> str:
-        return (f"[open in Colab](https://colab.research.google.com/github/{owner_name}/blob/"
-                f"{branch}/{relative})")
-
-    lectures = "\n".join(f"| `{p.name}` | {colab(f'notebooks/{p.name}')} |"
-                         for p in sorted((build / "notebooks").glob("*.ipynb")))
-    tasks = "\n".join(f"| `assignments/{p.name}/{p.name}.ipynb` | "
-                      f"{colab(f'assignments/{p.name}/{p.name}.ipynb')} |"
-                      for p in sorted((build / "assignments").iterdir()))
-    return f"""# Neural sequence models: from n-grams to BERT
-
-Lecture notebooks, the small library they all import (`seqlab`), and the assignments. Run a
-lecture top to bottom and read its plots; then solve the matching assignment and submit it.
-
-| lecture | |
-|---|---|
-{lectures}
-
-| assignment | |
-|---|---|
-{tasks}
-
-## On Google Colab
-
-Open a notebook from its "Open in Colab" badge (or the links above). Its first code cell installs
-the course library from this repository, only on Colab and without touching Colab's torch.
+Open a notebook from its "Open in Colab" badge. Its first code cell installs the course library
+from the course's repository, only on Colab and without touching Colab's torch.
 For the lectures' full mode choose *Runtime → Change runtime type → GPU*; without a GPU they
 run in FAST mode (small data, a minute or so). Colab does not keep your changes: use
 *File → Save a copy in Drive* before you start an assignment.
@@ -301,8 +301,11 @@ jupyter lab
 
 If you want a particular torch (a CPU-only wheel, a CUDA build), install it before the last
 two commands; the course asks only for `torch>=2.2`.
+"""
 
-## Assignments
+
+# The students' guide to the assignments, from their side: the README and the book show it.
+HOW_ASSIGNMENTS_WORK = """## Assignments
 
 Each assignment notebook says what to implement, its points and its rules. Write your code in
 place of `raise NotImplementedError()` in the answer cells, and do not rename the functions or
@@ -318,7 +321,38 @@ own implementation (`seqlab`) inside an answer earns nothing for that answer.
 2. *File → Download* the notebook (Colab: *File → Download → Download .ipynb*).
 3. Upload that `.ipynb` file where your course collects assignments. Its name does not matter;
    a PDF, HTML or `.py` export cannot be graded.
+"""
 
+
+def readme(build: Path, repo: str, branch: str) -> str:
+    """The students' README: run locally or on Colab, solve, submit."""
+    from seqlab.course import colab_url
+
+    def colab(relative: str) -> str:
+        return f"[open in Colab]({colab_url(repo, branch, relative)})"
+
+    lectures = "\n".join(f"| `{p.name}` | {colab(f'notebooks/{p.name}')} |"
+                         for p in sorted((build / "notebooks").glob("*.ipynb")))
+    tasks = "\n".join(f"| `assignments/{p.name}/{p.name}.ipynb` | "
+                      f"{colab(f'assignments/{p.name}/{p.name}.ipynb')} |"
+                      for p in sorted((build / "assignments").iterdir()))
+    book = (f"\nRead the lectures with their outputs and plots, and the library's reference, as a "
+            f"book: {pages_address(repo)}\n" if (build / "book").is_dir() else "")
+    return f"""# Neural sequence models: from n-grams to BERT
+
+Lecture notebooks, the small library they all import (`seqlab`), and the assignments. Run a
+lecture top to bottom and read its plots; then solve the matching assignment and submit it.
+{book}
+| lecture | |
+|---|---|
+{lectures}
+
+| assignment | |
+|---|---|
+{tasks}
+
+{how_to_run(repo)}
+{HOW_ASSIGNMENTS_WORK}
 ## Updates
 
 The course may publish fixes during the term: `git pull` in your clone (keep your answers in a
@@ -327,8 +361,89 @@ again from its badge on Colab.
 """
 
 
+# ---------------------------------------------------------------------------- the book
+PAGES_WORKFLOW_PATH = ".github/workflows/pages.yml"
+
+
+def pages_workflow(branch: str) -> str:
+    """GitHub Actions: publish ``book/`` with GitHub Pages on every push to ``branch``."""
+    return f"""# Publishes the course's book (book/, built by the instructors) with GitHub Pages.
+# Once per repository: Settings -> Pages -> Build and deployment -> Source: GitHub Actions.
+name: book
+on:
+  push:
+    branches: [{json.dumps(branch)}]
+    paths: ["book/**", "{PAGES_WORKFLOW_PATH}"]
+  workflow_dispatch:
+permissions:
+  contents: read
+  pages: write
+  id-token: write
+concurrency:
+  group: pages
+  cancel-in-progress: false
+jobs:
+  deploy:
+    runs-on: ubuntu-latest
+    environment:
+      name: github-pages
+      url: ${{{{ steps.deployment.outputs.page_url }}}}
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/configure-pages@v5
+      - uses: actions/upload-pages-artifact@v3
+        with:
+          path: book
+      - id: deployment
+        uses: actions/deploy-pages@v4
+"""
+
+
+def pages_address(repo: str) -> str:
+    """Where GitHub Pages serves the repository ``repo``."""
+    from seqlab.course import github_repository
+
+    owner, name = github_repository(repo).split("/")
+    site = f"{owner.lower()}.github.io"
+    return f"https://{site}/" if name.lower() == site else f"https://{site}/{name}/"
+
+
+def is_built_book(folder: Path) -> bool:
+    """Whether ``folder`` holds a book as ``python -m autograder book`` writes it."""
+    return all((Path(folder) / name).exists() for name in (".buildinfo", "index.html", "_static"))
+
+
+_COLAB_LINK = re.compile(r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/"
+                         r"([\w./-]+?)/(?:notebooks|assignments)/")
+
+
+def check_book(book: Path, repo: str, branch: str) -> None:
+    """``ValueError`` unless ``book`` is a built book whose Colab links open ``repo`` at
+    ``branch``, the edition it is published with."""
+    from seqlab.course import github_repository
+
+    if not is_built_book(book):
+        raise ValueError(f"--book {book} is not a built book (no index.html, .buildinfo and "
+                         "_static): build it with make site")
+    found = {match for page in book.rglob("*.html")
+             for match in _COLAB_LINK.findall(page.read_text(errors="replace"))}
+    want = (github_repository(repo), branch)
+    if not found or found != {want}:
+        got = ", ".join(f"{name} @ {ref}" for name, ref in sorted(found)) or "none"
+        raise ValueError(f"--book {book}: its Colab links open {got}, not this edition "
+                         f"({want[0]} @ {want[1]}); build it again after python -m seqlab.course "
+                         f"colab --repo {repo} --branch {branch}")
+
+
+def _add_book(build: Path, book: Path, branch: str) -> None:
+    """Copy the book into the edition, with the workflow that publishes it."""
+    shutil.copytree(book, build / "book")
+    (build / PAGES_WORKFLOW_PATH).parent.mkdir(parents=True)
+    (build / PAGES_WORKFLOW_PATH).write_text(pages_workflow(branch))
+
+
 def _build(build: Path, course: Path, root: Path, repo: str, branch: str, names: list[str],
-           log=print) -> None:
+           book: Path | None = None, log=print) -> None:
     with ThreadPoolExecutor(max_workers=min(4, len(names) or 1)) as pool:
         jobs = [pool.submit(_assignment, name, build, course, repo, branch) for name in names]
         _lectures(build, root, repo, branch)
@@ -345,6 +460,8 @@ def _build(build: Path, course: Path, root: Path, repo: str, branch: str, names:
     for path in CHECKS:
         shutil.copy(path, build / "autograder" / path.name)
     (build / "pyproject.toml").write_text(pyproject(root, repo, branch))
+    if book is not None:
+        _add_book(build, book, branch)
     (build / "README.md").write_text(readme(build, repo, branch))
 
 
@@ -371,8 +488,8 @@ def _check_target(out: Path, root: Path, course: Path) -> None:
                          "folder")
 
 
-def _place(build: Path, out: Path) -> None:
-    """Put the finished edition at ``out``, keeping a clone's ``.git``."""
+def place(build: Path, out: Path) -> None:
+    """Put the finished folder (an edition, a book) at ``out``, keeping a clone's ``.git``."""
     if not out.exists():
         os.replace(build, out)
         return
@@ -414,9 +531,10 @@ def released(course: Path = COURSE, chosen: list[str] | None = None) -> list[str
 
 def publish(out: Path, repo: str | None = None, branch: str | None = None,
             course: Path = COURSE, root: Path = ROOT, names: list[str] | None = None,
-            log=print) -> Path:
+            book: Path | None = None, log=print) -> Path:
     """Build the student edition into ``out`` (see the module docstring) with the assignments
-    ``names`` (default: ``released``); return ``out``.
+    ``names`` (default: ``released``) and, when given, the course's ``book`` (``python -m
+    autograder book``) and its GitHub Pages workflow; return ``out``.
 
     Raises ``EditionLeak`` (and writes nothing) if any file would hold solution or hidden-test
     text, ``ValueError`` for a bad address (the course's placeholder one included: the
@@ -435,13 +553,15 @@ def publish(out: Path, repo: str | None = None, branch: str | None = None,
     names = released(Path(course), names)
     if not re.fullmatch(r"[\w./-]+", branch):
         raise ValueError(f"branch must be a plain branch name, got {branch!r}")
+    if book is not None:
+        check_book(Path(book), repo, branch)
     out = Path(out).resolve()
     _check_target(out, Path(root), Path(course))
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}-new-", dir=out.parent))
     log(f"building the student edition for {out}: {len(names)} assignment(s)")
     try:
-        _build(build, Path(course), Path(root), repo, branch, names, log)
+        _build(build, Path(course), Path(root), repo, branch, names, book, log)
         stray = sorted(p.relative_to(build).as_posix() for p in build.rglob("*")
                        if p.is_file() and not allowed(p.relative_to(build).as_posix(), names))
         if stray:
@@ -453,7 +573,7 @@ def publish(out: Path, repo: str | None = None, branch: str | None = None,
             where, line, what = found[0]
             raise EditionLeak(f"the student edition would contain {len(found)} secret line(s): "
                               f"{where} holds {line!r}, {what}; nothing was written")
-        _place(build, out)
+        place(build, out)
     finally:
         if build.exists():
             shutil.rmtree(build, ignore_errors=True)

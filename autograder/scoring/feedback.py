@@ -21,7 +21,8 @@ def write_feedback(folder: Path, row: dict, results: list[dict], manual: list[di
     ``parts``: the pieces of the row's message, kept so a later sync can rebuild it."""
     folder.mkdir(parents=True, exist_ok=True)
     answers = [{**m, **_given(m, (cells or {}).get(m["cell"]))} for m in manual]
-    data = {**row, "tests": results, "manual": answers, "parts": parts or {}}
+    shown = {key: value for key, value in row.items() if key != "flags"}  # the instructor's
+    data = {**shown, "tests": results, "manual": answers, "parts": parts or {}}
     (folder / "feedback.json").write_text(json.dumps(data, indent=2, default=str))
     rows = "\n".join(
         f"<tr><td>{html.escape(r['test'])}</td>"

@@ -14,9 +14,10 @@ Every lecture notebook imports from here and shows the source of what it teaches
   names), ``device``, ``seeding``, ``results`` (what a run records, and ``claim``: a lecture's
   stated result, asserted and recorded), ``viz``.
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
-  lecture's thresholds) and ``course`` (runs the lectures headless, given their folder; points
-  them at Colab). Model modules never import these, the training loop or the metrics (names
-  that moved out of a model module are found for saved lectures through ``compat``, lazily).
+  lecture's thresholds) and ``course`` (runs the lectures headless, given their folder, with
+  ``alt_text`` in each kernel, so figures carry their titles as alt text; points them at
+  Colab). Model modules never import these, the training loop or the metrics (names that
+  moved out of a model module are found for saved lectures through ``compat``, lazily).
 """
 
 from .device import autocast, fast_mode, get_device

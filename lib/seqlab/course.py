@@ -47,6 +47,7 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
                  env: dict[str, str] | None = None, parameters: str = "",
                  allow_errors: bool = False) -> float:
     """Execute ``path`` in a new python3 kernel; save it to ``out_dir``; return seconds taken.
+    Its figures carry their titles as alt text (``seqlab.alt_text``), which the book shows.
 
     ``env`` is added to the kernel's environment only (this process's is left alone);
     ``parameters`` is appended to the notebook's ``parameters`` cell (``"SEED = 3"``). A failing
@@ -66,11 +67,14 @@ def run_notebook(path: Path, out_dir: Path, fast: bool = True, timeout: int = 18
                              f"append {parameters!r} to")
         cell.source += "\n" + parameters
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}},
+                            extra_arguments=["--ext=seqlab.alt_text"],  # figures' alt text
+                            startup_timeout=300)  # a busy shared machine starts kernels slowly
     start = time.perf_counter()
     try:
         client.execute(env=_kernel_environment(path, out_dir, fast, env))
     finally:
+        nb.metadata["seqlab"] = {"mode": "FAST" if fast else "full"}  # the book says which
         nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - start
 
@@ -103,13 +107,19 @@ def github_repository(repo: str) -> str:
     return match.group(1)
 
 
+def colab_url(repo: str, branch: str, relative: str) -> str:
+    """Where Colab opens the notebook at ``relative`` (a path in the repository ``repo``)."""
+    return (f"https://colab.research.google.com/github/{github_repository(repo)}/blob/"
+            f"{branch}/{relative}")
+
+
 def colab_header(path: Path, repo: str, branch: str, root: Path | str = ".") -> tuple[str, str]:
     """The badge markdown and the setup cell source for the notebook at ``path`` of the course
     (or edition) whose root folder is ``root``."""
     relative = Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
     owner_name = github_repository(repo)
     badge = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-             f"(https://colab.research.google.com/github/{owner_name}/blob/{branch}/{relative})")
+             f"({colab_url(repo, branch, relative)})")
     setup = ("# Setup: on Colab, install the course library (Colab's own torch is kept); "
              "locally, nothing to do.\n"
              "import sys\n\n"
