@@ -5,69 +5,37 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
 
-from .authoring.course import COURSE, check_assignment
+from .course import COURSE, check_assignment
 
 
 def _limit_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout-cell", type=float, default=30,
-                   help="seconds per cell and per test cell (default 30)")
-    p.add_argument("--timeout-notebook", type=float, default=300,
-                   help="seconds per submission, all cells together (default 300)")
-    p.add_argument("--memory-mb", type=int, default=4096,
+    from .isolation.limits import Limits
+
+    default = Limits()  # the defaults live there, once
+    p.add_argument("--timeout-cell", type=float, default=default.timeout_cell,
+                   help=f"seconds per cell and per test cell (default {default.timeout_cell:g})")
+    p.add_argument("--timeout-notebook", type=float, default=default.timeout_notebook,
+                   help="seconds per submission, all cells together (default "
+                        f"{default.timeout_notebook:g})")
+    p.add_argument("--memory-mb", type=int, default=default.memory_mb,
                    help="memory per submission in MB, the torch its runner inherits from its "
-                        "worker's template included (default 4096)")
-    p.add_argument("--max-procs", type=int, default=256,
-                   help="processes and threads per submission (default 256)")
-    p.add_argument("--cpus", type=float, default=1.0,
-                   help="CPU cores one submission may keep busy, where cgroups allow (default 1)")
+                        f"worker's template included (default {default.memory_mb})")
+    p.add_argument("--max-procs", type=int, default=default.max_procs,
+                   help=f"processes and threads per submission (default {default.max_procs})")
+    p.add_argument("--cpus", type=float, default=default.cpus,
+                   help="CPU cores one submission may keep busy, where cgroups allow (default "
+                        f"{default.cpus:g})")
 
 
 def _limits(args):
-    from .isolation.sandbox import Limits
+    from .isolation.limits import Limits
 
     return Limits(args.timeout_cell, args.timeout_notebook, args.memory_mb, args.max_procs,
                   args.cpus)
-
-
-def _doctor(limits, course: Path) -> tuple[str, bool]:
-    """The isolation grading would use here, each limit in force or not and why, the fix; and
-    whether grading would go ahead (False where it would refuse: no isolation, or the uid
-    fallback with the course or the withheld packages readable to its sandboxes)."""
-    import tempfile
-
-    from .isolation.kinds import UID, choose, exposed, report
-    from .isolation.sandbox import (
-        WITHHELD,
-        Sandbox,
-        checkout_copies,
-        package_folders,
-        support_folder,
-    )
-
-    try:
-        isolation = choose()
-    except RuntimeError as err:
-        return f"isolation: NONE AVAILABLE\n  {err}", False
-    with tempfile.TemporaryDirectory() as tmp:
-        sandbox = Sandbox(support_folder(Path(tmp), isolation), limits, isolation)
-        try:
-            text = report(f"{sandbox.caps_in_force}; {limits.timeout_cell:g} s per cell, "
-                          f"{limits.timeout_notebook:g} s per notebook", course,
-                          package_folders(WITHHELD), WITHHELD) + \
-                f"\n  starts: {sandbox.starts}"
-        finally:
-            shutil.rmtree(sandbox.support, ignore_errors=True)
-    refused = isolation.kind == UID and bool(exposed(
-        [course, *package_folders(WITHHELD), *checkout_copies(course)]))
-    if refused:
-        text += ("\n  grading would refuse here until the files above are closed to other "
-                 "users")
-    return text, not refused
 
 
 def _grader_path() -> None:
@@ -186,7 +154,7 @@ def slurm_command(args) -> int:
 
 
 def gradescope_command(args) -> int:
-    from .scoring.gradescope import bundle
+    from .authoring.gradescope_bundle import bundle
 
     path = bundle(check_assignment(args.assignment, args.course), args.out, args.course,
                   _limits(args))
@@ -204,7 +172,7 @@ def gradescope_run_command(args) -> int:
 
 
 def hide_withheld_command(args) -> int:
-    from .isolation.sandbox import hide_withheld
+    from .isolation.exposure import hide_withheld
 
     for folder in hide_withheld():
         print(f"closed to other users: {folder}")
@@ -212,7 +180,9 @@ def hide_withheld_command(args) -> int:
 
 
 def doctor_command(args) -> int:
-    text, ok = _doctor(_limits(args), args.course)
+    from .isolation.doctor import doctor
+
+    text, ok = doctor(_limits(args), args.course)
     print(text)
     return 0 if ok else 1
 

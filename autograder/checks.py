@@ -190,7 +190,7 @@ def own_work(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **kwar
     if not isinstance(forbidden, (tuple, list)) or not all(isinstance(p, str) for p in forbidden):
         raise TypeError(f"forbidden: expected a tuple of package names, got {forbidden!r}")
     attention = _attention_rule(forbidden_calls)
-    remote = sys.modules.get("autograder.isolation.remote")
+    remote = sys.modules.get("autograder.isolation.session")
     if remote is not None and isinstance(fn, remote.StudentObject):
         return remote.call_under_rules(fn, args, kwargs, forbidden=tuple(forbidden),
                                        attention=attention)
@@ -215,7 +215,7 @@ def cpu_seconds(fn, *args, forbidden=("seqlab", "nltk"), forbidden_calls=(), **k
     if not isinstance(forbidden, (tuple, list)) or not all(isinstance(p, str) for p in forbidden):
         raise TypeError(f"forbidden: expected a tuple of package names, got {forbidden!r}")
     attention = _attention_rule(forbidden_calls)
-    remote = sys.modules.get("autograder.isolation.remote")
+    remote = sys.modules.get("autograder.isolation.session")
     if remote is not None and isinstance(fn, remote.StudentObject):
         value, usage = remote.call_under_rules(fn, args, kwargs, forbidden=tuple(forbidden),
                                                attention=attention, metered=True)

@@ -9,7 +9,7 @@ later cells, and no cell may rely on what another cell defined (``selftest --ind
 
 The functions a test hands to a student's answer (a model's ``step``, a reference part passed
 through ``parts=``) are called back in the grader, as a test cell's own functions are
-(``isolation.remote``). Those that take arguments from a student's code check them first
+(``isolation.session``). Those that take arguments from a student's code check them first
 (types, and sizes where the work grows with them): they run in the grader, on its time.
 """
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.authoring.course import source_notebook
 from autograder.checks import python_madd_seconds
+from autograder.course import source_notebook
 from autograder.testing import rnn_forward, rnn_gradients
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from autograder.authoring.course import assignments, source_notebook
+from autograder.course import assignments, source_notebook
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 

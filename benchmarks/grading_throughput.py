@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.authoring.course import COURSE, generate, source_notebook, working_course
+from autograder.course import COURSE, generate, source_notebook, working_course
 from autograder.scoring.grade import grade
 
 A = "01_language_models"
@@ -60,8 +60,9 @@ def ours(copies: int, workers: int, tmp: Path, isolation: str) -> tuple[float, f
     chosen = None
     modes = {}
     if isolation == "uid":  # the course and the withheld packages closed to others, meanwhile
+        from autograder.isolation.exposure import hide_withheld, package_folders
         from autograder.isolation.kinds import UID, Isolation
-        from autograder.isolation.sandbox import WITHHELD, hide_withheld, package_folders
+        from autograder.isolation.limits import WITHHELD
 
         chosen = Isolation(UID, "asked for by --isolation uid")
         course = tmp / "course"
@@ -91,8 +92,8 @@ def starts(isolation: str, tmp: Path) -> None:
     torch imported) against a runner forked from the template, and grading the solution."""
     from autograder.intake.normalize import given_imports, plan, read_notebook
     from autograder.isolation.kinds import UID, Isolation, choose
-    from autograder.isolation.remote import Session
     from autograder.isolation.sandbox import Limits, Sandbox, support_folder
+    from autograder.isolation.session import Session
     from autograder.scoring.execute import grade_steps
 
     chosen = Isolation(UID, "asked for") if isolation == "uid" else choose()
@@ -101,7 +102,7 @@ def starts(isolation: str, tmp: Path) -> None:
     class Anew(Sandbox):
         forks = False
 
-    made = {kind: kind(support_folder(tmp / kind.__name__, chosen), Limits(), chosen,
+    made = {kind: kind(support_folder(chosen), Limits(), chosen,
                        preload=given_imports(master)) for kind in (Sandbox, Anew)}
     if not made[Sandbox].forks:
         print(f"(no template here: {made[Sandbox].starts})")

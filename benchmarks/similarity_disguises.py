@@ -359,8 +359,8 @@ def corpus(min_statements: int = 4):
     ``author|disguise|cell``."""
     from similarity_class import CLASS, MORE_HONEST
 
-    from autograder.authoring.course import source_notebook
     from autograder.authoring.release import release
+    from autograder.course import source_notebook
     from autograder.intake.normalize import plan, read_notebook
     from autograder.scoring import similarity
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from similarity_class import CLASS  # noqa: E402
 
-from autograder.authoring.course import COURSE, source_notebook  # noqa: E402
 from autograder.authoring.release import release  # noqa: E402
+from autograder.course import COURSE, source_notebook  # noqa: E402
 from autograder.intake.normalize import plan, read_notebook  # noqa: E402
 from autograder.scoring import similarity  # noqa: E402
 

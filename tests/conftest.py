@@ -116,9 +116,9 @@ def private_course(tmp_path_factory):
     of them elsewhere on the host (a package mirror's wheels, say): they are, while the module
     runs (as ``python -m autograder hide-withheld`` leaves them, and as an image that grades
     holds none), then as before."""
-    from autograder.authoring.course import COURSE
-    from autograder.isolation.kinds import readable_copies
-    from autograder.isolation.sandbox import WITHHELD, hide_withheld, package_folders
+    from autograder.course import COURSE
+    from autograder.isolation.exposure import hide_withheld, package_folders, readable_copies
+    from autograder.isolation.limits import WITHHELD
 
     copy = tmp_path_factory.mktemp("course") / "assignments"
     shutil.copytree(COURSE, copy)

@@ -79,7 +79,7 @@ def python_others_can_read(folder: Path) -> str | None:
     packages: this interpreter if it is one; else, as on an image where Python lives in /usr,
     a virtual environment of the system's Python of the same version in ``folder`` that reads
     this one's site-packages (and runs its tools: nbgrader calls alembic); else None."""
-    from autograder.isolation.sandbox import python_readable_by_others
+    from autograder.isolation.exposure import python_readable_by_others
 
     if python_readable_by_others():
         return sys.executable
@@ -96,3 +96,27 @@ def python_others_can_read(folder: Path) -> str | None:
             (folder / "bin" / tool.name).symlink_to(tool)
     folder.chmod(0o755)
     return str(folder / "bin" / "python")
+
+
+def sandbox_program(name: str):
+    """A program of the sandbox's own (``runner``, ``rules``, ``template``, ``become``,
+    ``ending``, ``protocol``), imported as a sandbox imports it: from a folder where those
+    programs lie beside each other, as plain modules. The grader never imports them; tests
+    may, to look at them."""
+    import importlib
+    import tempfile
+
+    from autograder.isolation.sandbox import PROGRAMS
+
+    global _PROGRAMS
+    if _PROGRAMS is None:
+        import shutil
+
+        _PROGRAMS = tempfile.mkdtemp(prefix="sandbox-programs-")
+        for file, source in PROGRAMS.items():
+            shutil.copy(source, Path(_PROGRAMS) / file)
+        sys.path.insert(0, _PROGRAMS)
+    return importlib.import_module(name)
+
+
+_PROGRAMS = None

@@ -14,8 +14,8 @@ import re
 import nbformat
 import pytest
 
-from autograder.authoring.course import assignments, source_notebook
 from autograder.authoring.selftest import answer_map
+from autograder.course import assignments, source_notebook
 
 OWN_CELLS = {  # assignment: (answer cell: the test cells that read its names), total points
     "05_transformer": ({

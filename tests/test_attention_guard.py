@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from test_hostile import cell_of
 
-from autograder.authoring.course import source_notebook
 from autograder.checks import NO_FUSED_ATTENTION, own_work
+from autograder.course import source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 

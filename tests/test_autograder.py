@@ -7,9 +7,9 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.authoring.course import COURSE, assignments, source_notebook
 from autograder.authoring.release import ReleaseLeak, leaks, release
 from autograder.authoring.selftest import selftest
+from autograder.course import COURSE, assignments, source_notebook
 from autograder.intake.late import load_policy
 from autograder.scoring.grade import grade
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autograder.authoring.course import COURSE, source_notebook
 from autograder.authoring.release import release
+from autograder.course import COURSE, source_notebook
 from autograder.intake.late import LatePolicy
 from autograder.intake.submissions import collect
 from autograder.isolation.kinds import BUBBLEWRAP, UID, Isolation, uid_problem
@@ -561,7 +561,9 @@ def test_exports_that_hold_nobody_or_are_broken(tmp_path, private_course):
 
 
 def test_shell_lines_are_skipped_with_a_note():
-    from autograder.isolation.runner import skip_shell
+    from helpers import sandbox_program
+
+    skip_shell = sandbox_program("runner").skip_shell
 
     code = "x = 1\n!pip install foo\n  %pip install bar\ny = x != 2"
     assert skip_shell(code) == ("x = 1\nprint('(grading: skipped !pip install foo)')\n"

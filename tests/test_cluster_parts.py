@@ -71,7 +71,7 @@ def test_requests_hold_every_workers_memory_cap_and_a_hung_notebook():
 
 
 def test_the_scripts_say_what_they_run_and_submit_the_merge_after_any_end(tmp_path):
-    from autograder.authoring.course import COURSE
+    from autograder.course import COURSE
 
     request = costs.request("07_bleu", 10, 2, 1024, 60, 30)
     job = run.Run("07_bleu", str(tmp_path), 3, 2, 30, {**request.__dict__},

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import fresh_venv
 
-from autograder.authoring.course import assignments
 from autograder.authoring.publish import publish
+from autograder.course import assignments
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

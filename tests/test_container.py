@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from helpers import docker_capabilities, python_others_can_read
 
-from autograder.authoring.course import COURSE, source_notebook
+from autograder.course import COURSE, source_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 A = "01_language_models"
@@ -105,7 +105,7 @@ def test_grade_refuses_a_checkouts_git_history_the_sandbox_could_read(tmp_path, 
 def test_grade_refuses_while_a_withheld_package_is_readable(tmp_path, private_course):
     """A package no answer may use (here nltk) must be closed to the sandbox's uid, whose hook
     alone a student could get around; the fix named is the command that closes them all."""
-    from autograder.isolation.sandbox import package_folders
+    from autograder.isolation.exposure import package_folders
 
     nltk = package_folders(["nltk"])[0]
     subs = tmp_path / "subs"
@@ -131,7 +131,7 @@ def test_the_hostile_suite_holds_under_the_uid_fallback(python):
     outcome the isolation can change. With a Python others can read (an image's /usr), each
     runner is forked from its worker's template, and the template's own tests run too; with
     one they cannot (pyenv in /root, as here), each starts anew."""
-    from autograder.isolation.sandbox import python_readable_by_others
+    from autograder.isolation.exposure import python_readable_by_others
 
     env = {**os.environ, "SEQLAB_TEST_ISOLATION": "uid"}
     files = ["tests/test_hostile.py"]
@@ -159,7 +159,7 @@ def test_the_hostile_suite_holds_under_the_uid_fallback(python):
 def gradescope(tmp_path_factory, private_course):
     """A Gradescope image, built by the bundle's own setup.sh into a folder laid out like
     /autograder (the local CPU wheel of torch instead of the download)."""
-    from autograder.scoring.gradescope import bundle
+    from autograder.authoring.gradescope_bundle import bundle
 
     root = Path(tempfile.mkdtemp(prefix="gradescope-"))  # like /autograder: others may enter
     root.chmod(0o755)

@@ -1,11 +1,15 @@
 """The messages between grader and sandbox: one table of requests, anything else refused."""
 
 import types
+from pathlib import Path
 
 import pytest
+from helpers import sandbox_program
 
-from autograder.isolation.remote import ProtocolError, Session, StudentObject
-from autograder.isolation.runner import REQUESTS, Runner
+from autograder.isolation.protocol import REQUESTS
+from autograder.isolation.session import ProtocolError, Session, StudentObject
+
+Runner = sandbox_program("runner").Runner
 
 
 class Channel:
@@ -82,7 +86,8 @@ def test_a_grader_function_called_back_stops_at_the_time_left_to_the_request():
 
 CONFINED = r'''
 import builtins, gc, os, os.path, sys
-from autograder.isolation.runner import confine
+sys.path.insert(0, sys.argv[2])  # the sandbox's programs, beside each other
+from rules import confine
 withheld = sys.argv[1]
 confine([withheld])
 
@@ -129,8 +134,9 @@ def test_the_uid_fallbacks_hook_cannot_be_found_or_fooled(tmp_path):
     withheld = tmp_path / "reference"
     withheld.mkdir()
     (withheld / "__init__.py").write_text("ANSWER = 42\n")
-    run = subprocess.run([sys.executable, "-c", CONFINED, str(withheld)], cwd=tmp_path,
-                         capture_output=True, text=True)
+    programs = Path(sandbox_program("rules").__file__).parent
+    run = subprocess.run([sys.executable, "-c", CONFINED, str(withheld), str(programs)],
+                         cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split("\n")[:-1] == [
         "reading a file refused", "a link of one's own refused",

@@ -9,10 +9,10 @@ import zipfile
 
 import pytest
 
-from autograder.authoring.course import source_notebook
+from autograder.authoring.gradescope_bundle import bundle
 from autograder.authoring.release import release
+from autograder.course import source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
-from autograder.scoring.gradescope import bundle
 
 A = "01_language_models"
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubblewrap")
@@ -48,7 +48,7 @@ def grade_one(root, notebook_text, name="submission.ipynb"):
 def test_bundle_layout(image):
     _, names, modes, _ = image
     assert {"setup.sh", "run_autograder", f"course/source/{A}/{A}.ipynb",
-            "project/pyproject.toml", "project/autograder/isolation/runner.py",
+            "project/pyproject.toml", "project/autograder/isolation/inside/runner.py",
             "project/lib/seqlab/__init__.py"} <= set(names)
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
     assert not [n for n in names if "__pycache__" in n or ".venv" in n]

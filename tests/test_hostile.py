@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from autograder.authoring.course import COURSE, source_notebook
+from autograder.course import COURSE, source_notebook
 from autograder.intake.late import LatePolicy
 from autograder.isolation.kinds import choose
 from autograder.isolation.sandbox import Limits, sandbox_problem
@@ -489,7 +489,7 @@ def sandbox(tmp_path):
     puts it outside ``tmp_path`` (in /tmp, as grading does)."""
     from autograder.isolation.sandbox import Sandbox, support_folder
 
-    box = Sandbox(support_folder(tmp_path, choose()), LIMITS, choose())
+    box = Sandbox(support_folder(choose()), LIMITS, choose())
     yield box
     box.close_template()
     shutil.rmtree(box.support, ignore_errors=True)

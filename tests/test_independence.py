@@ -5,8 +5,8 @@ itself, ``selftest(..., independence=True)`` for every assignment, runs in test_
 import nbformat
 import pytest
 
-from autograder.authoring.course import assignments, source_notebook
 from autograder.authoring.selftest import answer_map, defined_names
+from autograder.course import assignments, source_notebook
 from autograder.scoring.execute import name_hint
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.intake.normalize import MAX_CELLS, plan, read_notebook
 from autograder.intake.submissions import collect, fit_name
 from autograder.isolation.sandbox import Limits, sandbox_problem

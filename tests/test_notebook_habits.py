@@ -11,10 +11,10 @@ import shutil
 import pytest
 from test_class import HABITS, ISOLATIONS
 
-from autograder.authoring.course import assignments, source_notebook
+from autograder.course import assignments, source_notebook
 from autograder.intake.normalize import given_imports, read_notebook, refuses_attention, withheld
-from autograder.isolation.remote import Session
 from autograder.isolation.sandbox import Limits, Sandbox, sandbox_problem, support_folder
+from autograder.isolation.session import Session
 from autograder.scoring.graded_copy import png
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()),
@@ -38,7 +38,7 @@ def test_plots_tables_and_progress_bars_run_in_every_assignments_sandbox(
     outputs = {}
     for (withhold, attention), names in _settings().items():
         master = read_notebook(source_notebook(names[0]))
-        sandbox = Sandbox(support_folder(tmp_path, ISOLATIONS[isolation]), LIMITS,
+        sandbox = Sandbox(support_folder(ISOLATIONS[isolation]), LIMITS,
                           ISOLATIONS[isolation], withhold=withhold, refuse_attention=attention,
                           preload=given_imports(master))
         session = Session(sandbox, sandbox.start(f"{os.getpid()}-{len(outputs)}"))

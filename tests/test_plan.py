@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from autograder.authoring.course import assignments, source_notebook
+from autograder.course import assignments, source_notebook
 from autograder.intake.normalize import Step, master_step, plan, read_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade

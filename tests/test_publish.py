@@ -15,9 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import tomllib
-from helpers import fresh_venv
+from helpers import fresh_venv, sandbox_program
 
-from autograder.authoring.course import COURSE, assignments, source_notebook
 from autograder.authoring.publish import (
     ROOT,
     EditionLeak,
@@ -27,8 +26,8 @@ from autograder.authoring.publish import (
     trivial,
 )
 from autograder.authoring.release import ReleaseLeak, leaks, regions
+from autograder.course import COURSE, assignments, source_notebook
 from autograder.intake.normalize import plan, read_notebook
-from autograder.isolation.runner import skip_shell
 from seqlab.course import colab_header, colab_url
 
 REPO, BRANCH = "https://github.com/acme/nlp-students", "fall26"
@@ -206,7 +205,8 @@ def test_the_colab_cells_cost_nothing_when_graded(edition):
         steps = plan(read_notebook(source_notebook(name)), edition_nb)
         added = [s for s in steps if s.kind == "code" and not s.grade_id]
         assert len(added) == 1 and "google.colab" in added[0].source
-        compile(skip_shell(added[0].source), "<setup>", "exec")  # the %pip line is skipped
+        compile(sandbox_program("runner").skip_shell(added[0].source), "<setup>",
+                "exec")  # the %pip line is skipped
 
 
 RUNNER = textwrap.dedent('''

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.isolation.sandbox import sandbox_problem
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import sys
 import pytest
 from test_hostile import cell_of, with_cell
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.intake.normalize import plan
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade

@@ -14,8 +14,8 @@ import sys
 import pytest
 from similarity_class import CLASS, light_disguise
 
-from autograder.authoring.course import source_notebook
 from autograder.authoring.release import release
+from autograder.course import source_notebook
 from autograder.intake.normalize import plan, read_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring import similarity

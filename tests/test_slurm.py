@@ -36,9 +36,9 @@ from test_hostile import (
     with_cell,
 )
 
-from autograder.authoring.course import COURSE
 from autograder.authoring.release import release
 from autograder.cluster import slurm
+from autograder.course import COURSE
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import in_shard, read_grades, settled_rows
 

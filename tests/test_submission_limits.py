@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.isolation.kinds import UID_BASE, choose, readable_copies, refuse_if_exposed
-from autograder.isolation.remote import Session
+from autograder.isolation.exposure import readable_copies, refuse_if_exposed
+from autograder.isolation.kinds import choose
 from autograder.isolation.sandbox import Limits, Sandbox, sandbox_problem, support_folder
+from autograder.isolation.session import Session
 from autograder.scoring.grade import COLUMNS, read_grades, write_grades
 from autograder.scoring.similarity import Match, write_report
 from autograder.scoring.spreadsheet import cell
@@ -42,7 +43,7 @@ print(times.children_user + times.children_system, time.monotonic() - start)
 @pytest.fixture
 def session(tmp_path, request):
     """A session with one sandbox under the strongest isolation, ``Limits(**request.param)``."""
-    sandbox = Sandbox(support_folder(tmp_path, choose()), Limits(**request.param), choose())
+    sandbox = Sandbox(support_folder(choose()), Limits(**request.param), choose())
     session = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
     yield session
     session.close()
@@ -112,16 +113,16 @@ def test_copies_of_withheld_packages_anywhere_readable_are_found(tmp_path_factor
         for path in mirror.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         readable_copies.cache_clear()
-        found = readable_copies(["seqlabfake"], UID_BASE)
+        found = readable_copies(["seqlabfake"])
         assert str(wheel) in found and str(tree) in found
         assert str(stub) not in found  # a sandbox's own stub says what it is
         with pytest.raises(RuntimeError, match="chmod -R go-rwx") as refused:
-            refuse_if_exposed([], UID_BASE, packages=["seqlabfake"])
+            refuse_if_exposed([], packages=["seqlabfake"])
         assert str(wheel) in str(refused.value)
         wheel.chmod(0o600)
         (mirror / "src").chmod(0o700)
         readable_copies.cache_clear()
-        assert readable_copies(["seqlabfake"], UID_BASE) == []
+        assert readable_copies(["seqlabfake"]) == []
     finally:
         readable_copies.cache_clear()
         shutil.rmtree(mirror)

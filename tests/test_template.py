@@ -17,16 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from autograder.isolation.exposure import python_readable_by_others
 from autograder.isolation.kinds import choose
-from autograder.isolation.remote import SandboxGone, Session
-from autograder.isolation.sandbox import (
-    Limits,
-    Sandbox,
-    python_readable_by_others,
-    sandbox_problem,
-    support_folder,
-    uid_for,
-)
+from autograder.isolation.privileged import identity
+from autograder.isolation.sandbox import Limits, Sandbox, sandbox_problem, support_folder
+from autograder.isolation.session import SandboxGone, Session
 
 ISOLATION = os.environ.get("SEQLAB_TEST_ISOLATION", "bubblewrap")
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()) or os.geteuid() != 0,
@@ -116,11 +111,13 @@ except PermissionError:
 @pytest.fixture
 def sandbox(tmp_path):
     assert choose().kind == ISOLATION
-    box = Sandbox(support_folder(tmp_path, choose()), Limits(timeout_cell=20), choose(),
+    box = Sandbox(support_folder(choose()), Limits(timeout_cell=20), choose(),
                   preload=("torch",))
     assert box.forks, "root's sandbox forks each runner from a template"
-    yield box
-    box.close_template()
+    with identity.lease(2) as held:  # two uids, in turn, as a grading worker has them
+        box.uids = held.uids
+        yield box
+        box.close_template()
     shutil.rmtree(box.support, ignore_errors=True)
 
 
@@ -133,10 +130,10 @@ def run(session: Session, code: str, name: str):
 def test_a_child_has_its_imports_and_nothing_else_of_the_template(sandbox):
     seen = []
     for slot in (0, 1):
-        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}"))
+        uid = sandbox.uids[slot]
+        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}", uid))
         facts = run(session, FACTS, "FACTS")
         session.close()
-        uid = uid_for(f"{os.getpid()}-{slot}")
         assert facts["uid"] == [uid] * 3 and facts["gid"] == [uid] * 3, facts
         assert facts["groups"] == [] and facts["caps"] == [0] * 5, facts
         assert facts["no_new_privs"] == "1", facts
@@ -149,17 +146,17 @@ def test_a_child_has_its_imports_and_nothing_else_of_the_template(sandbox):
 
 
 def test_a_child_leaves_nothing_for_the_next(sandbox):
-    first = Session(sandbox, sandbox.start(f"{os.getpid()}-0"))
+    uid = sandbox.uids[0]
+    first = Session(sandbox, sandbox.start(f"{os.getpid()}-0", uid))
     daemon = run(first, LEAVES, "DAEMON")
     segment = first.get("SEGMENT", 20)
     made = [first.get(name, 20) for name in ("SEGMENT", "QUEUE", "KEY")]
     if platform.machine() == "x86_64" and made != [None] * 3:  # the keyring is refused
         assert made[0] >= 0 and made[1] >= 0 and made[2] == -1, made
-    uid = uid_for(f"{os.getpid()}-0")
     first.close()
     for slot in (1, 0):  # the next submission, then the one after, which gets the same uid
-        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}"))
-        itself = int(uid_for(f"{os.getpid()}-{slot}") == uid)  # the one process it may see
+        session = Session(sandbox, sandbox.start(f"{os.getpid()}-{slot}", sandbox.uids[slot]))
+        itself = int(sandbox.uids[slot] == uid)  # the one process it may see
         assert run(session, OWNERS, "OWNERS").count(uid) == itself, \
             f"a process of uid {uid} (daemon {daemon}) outlived its submission"
         assert not session.get("LEFT", 20), "its file in /tmp outlived it"
@@ -231,13 +228,15 @@ def test_the_uid_fallback_forks_only_where_others_can_read_python(monkeypatch):
 def test_a_new_run_removes_the_cgroups_of_runs_that_died(tmp_path):
     """cgroups outlive their processes: a grading run killed before its cleanup leaves its
     sandboxes' folders, which the next run removes (those of runs still going stay)."""
-    from autograder.isolation.sandbox import _cgroup_dirs
+    from autograder.isolation import cgroups
 
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True)
-    stale, alive = _cgroup_dirs(f"{int(dead.stdout)}-0"), _cgroup_dirs(f"{os.getpid()}-0")
+    stale, alive = cgroups.make(f"{int(dead.stdout)}-0"), cgroups.make(f"{os.getpid()}-0")
     if not stale:
         pytest.skip("this host does not let the grader make cgroups")
-    Sandbox(support_folder(tmp_path, choose()), Limits(), choose()).close_template()
+    box = Sandbox(support_folder(choose()), Limits(), choose())
+    box.close_template()
+    shutil.rmtree(box.support, ignore_errors=True)
     assert not any(folder.exists() for folder in stale.values())
     assert all(folder.exists() for folder in alive.values())
     for folder in alive.values():
@@ -247,7 +246,7 @@ def test_a_new_run_removes_the_cgroups_of_runs_that_died(tmp_path):
 def test_removing_what_a_uid_left_never_follows_a_link(tmp_path):
     """After a submission, root removes what its uid left in places anyone may write; there
     another sandbox's uid may plant links, which must lead nowhere."""
-    from autograder.isolation.runner import remove_owned
+    from autograder.isolation.privileged.ending import remove_owned
 
     uid, other = 61999, 61998
     shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"

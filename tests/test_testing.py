@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import testing
-from autograder.authoring.course import assignments, source_notebook
 from autograder.authoring.release import regions
+from autograder.course import assignments, source_notebook
 from seqlab import decoding
 from seqlab.rnn import NumpyRNNLM
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from grading_faults import job
 
-from autograder.authoring.course import source_notebook
+from autograder.course import source_notebook
 from autograder.isolation.sandbox import sandbox_problem
 from autograder.scoring.grade import grade
 from autograder.scoring.workers import Failure, run_jobs

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from autograder.authoring.course import COURSE, source_notebook
 from autograder.authoring.release import release
+from autograder.course import COURSE, source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade, read_grades
 from autograder.scoring.handgrading import sync
@@ -142,7 +142,7 @@ def test_the_written_answer_loop(course, tmp_path):
     assert len({r["tests_version"] for r in read_grades(out / "grades.csv")}) == 1
 
     # nbgrader's own feedback, from the graded course, holds no model answer either
-    from autograder.authoring.course import nbgrader
+    from autograder.course import nbgrader
 
     done = nbgrader("generate_feedback", A, "--force", cwd=out / "course", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from .course import COURSE, assignments
+from ..course import COURSE, assignments
 from .publish import (
     HOW_ASSIGNMENTS_WORK,
     ROOT,

@@ -41,8 +41,9 @@ from pathlib import Path
 
 import nbformat
 
-from .course import COURSE, assignments, source_notebook
-from .release import BEGIN, END, regions, release
+from ..course import COURSE, assignments, source_notebook
+from ..intake.markers import BEGIN, END
+from .release import regions, release
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = tuple(Path(__file__).resolve().parents[1] / name for name in ("checks.py", "guard.py"))

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import nbformat
 
+from ..course import COURSE, assignments, source_notebook
 from ..scoring.execute import free_and_bound_names
 from ..scoring.grade import grade
 from ..scoring.results import Status
-from .course import COURSE, assignments, source_notebook
 from .release import release
 
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..authoring.course import check_assignment
+from ..course import check_assignment
 from ..intake.submissions import collect
 from ..scoring.grade import in_shard, read_grades
 from . import costs, slurm

@@ -1,3 +1,3 @@
-"""Isolation: where student code runs (bubblewrap or the uid fallback: ``kinds``, ``sandbox``),
-the program that runs it there (``runner``), and the plain-data line between it and the grader
-(``remote``)."""
+"""Isolation: where student code runs and the line it never crosses. ``SECURITY.md`` is the
+argument on one page: the program inside the sandbox (``inside/``), what only root runs
+(``privileged/``), and the grader's side (``sandbox``, ``session``, ``protocol``, ...)."""

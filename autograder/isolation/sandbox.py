@@ -1,264 +1,88 @@
-"""Start the sandbox that student code runs in: bubblewrap, an unprivileged user, hard limits.
+"""Start the sandbox that student code runs in (bubblewrap, or the uid fallback's uid), with hard
+limits, and clean up after it. ``SECURITY.md`` beside this file maps each threat to the file
+that stops it.
 
 The sandbox sees a whitelist, not the host: the system (/usr, /etc), this Python and its
-environment, and a support folder with the runner. The course (source notebooks, hidden tests),
-the gradebook, the output folder and every other student's files are simply not there. It has no
-network (a fresh network namespace: not even the host's loopback), writes only to its
-size-capped scratch folder and /tmp (tmpfs), and runs as an unprivileged uid when the grader is
-root. Packages an
-answer must not call (the course's reference implementation, nltk, sacrebleu, transformers, and
-whatever an assignment's master notebook lists under ``metadata.autograder.withhold``) are
-withheld: a stub that raises ImportError is mounted over each one's real folder (found by real
-path, so symbolic links and lib64 lead there too) and comes first on PYTHONPATH, so no import
-path reaches them.
-Where answers must compute attention themselves, the runner switches torch's attention off
-before any student code runs (``guard``).
+environment, and a support folder with the programs it runs (``PROGRAMS``). The course (source
+notebooks, hidden tests), the gradebook, the output folder and every other student's files are
+simply not there. It has no network (a fresh network namespace: not even the host's loopback),
+writes only to its size-capped scratch folder and /tmp (tmpfs), and runs as an unprivileged uid
+when the grader is root: a uid leased for it (``privileged/identity.py``), never another
+sandbox's. Packages an answer must not call (the course's reference implementation, nltk,
+sacrebleu, transformers, and whatever an assignment's master notebook lists under
+``metadata.autograder.withhold``) are withheld: a stub that raises ImportError is mounted over
+each one's real folder (found by real path, so symbolic links and lib64 lead there too) and
+comes first on PYTHONPATH, so no import path reaches them. Where answers must compute attention
+themselves, the runner switches torch's attention off before any student code runs (``guard``).
 
-Memory and process caps use cgroups (v1 or v2) when this host lets us create them, and fall back
-to rlimits (address space, processes of the sandbox's user) otherwise; ``Sandbox.limits_in_force``
-says which.
+Memory, process and CPU caps use cgroups (v1 or v2) when this host lets us create them, and
+fall back to rlimits (address space, processes of the sandbox's user) otherwise;
+``Sandbox.limits_in_force`` says which. When a sandbox stops, every process of its uid is
+killed (``privileged/ending.py``) and, in its own cgroups, every process left.
 
 Starting Python and importing torch is most of a sandbox's start (about 1.3 s of CPU). Where the
-grader is root, each grading worker therefore keeps a ``Template``: one sandbox that imported
-torch once, from which each submission's runner is forked as a child that becomes an
-unprivileged uid (not the one of the submission before it) before any student code runs, and
-whose processes, files and IPC objects are removed after it. Under bubblewrap, a worker's
-submissions share that sandbox (its /tmp, namespaces, cgroups) in turn, never at once.
+grader is root, each grading worker therefore keeps a template (``privileged/template.py``,
+which says what a child shares with it): one sandbox that imported torch once, from which each
+submission's runner is forked as a child that becomes an unprivileged uid (not the one of the
+submission before it) before any student code runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
 import os
-import select
 import shutil
 import signal
-import socket
-import stat
 import subprocess
 import sys
-import sysconfig
 import tempfile
-import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kinds import (
-    BUBBLEWRAP,
-    NONE,
-    STUB_MARK,
-    UID,
-    UID_BASE,
-    UID_SPAN,
-    Isolation,
-    as_uid,
-    choose,
-)
-from .runner import SHARED_WRITABLE, remove_owned, remove_tree
+from . import cgroups
+from .exposure import STUB_MARK, package_folders, python_readable_by_others
+from .kinds import BUBBLEWRAP, NONE, UID, Isolation, choose
+from .limits import WITHHELD, Limits
+from .privileged import identity
+from .privileged.become import as_uid
+from .privileged.ending import end_uid, remove_tree
+from .templates import Forked, Template, TemplateGone
 
-WITHHELD = ("seqlab", "nltk", "sacrebleu", "transformers", "autograder")
-CGROUP_V1 = Path("/sys/fs/cgroup")
-CGROUP_PARENT = "seqlab-grader"
 SCRATCH_BYTES = 256 * 2**20
-TEMPLATE_SECONDS = 180.0  # to start (torch, on a crowded machine), fork or clean up
 PRELOADABLE = ("numpy", "torch", "matplotlib")
-RUNNER = Path(__file__).with_name("runner.py")
+ISOLATION = Path(__file__).parent
+PROGRAMS = {  # copied beside each other into every sandbox's support folder, run from there
+    "runner.py": ISOLATION / "inside" / "runner.py",
+    "rules.py": ISOLATION / "inside" / "rules.py",
+    "protocol.py": ISOLATION / "protocol.py",
+    "template.py": ISOLATION / "privileged" / "template.py",
+    "become.py": ISOLATION / "privileged" / "become.py",
+    "ending.py": ISOLATION / "privileged" / "ending.py",
+    "guard.py": ISOLATION.parent / "guard.py",
+}
 TEMPLATE_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_FOWNER",
                          "CAP_DAC_OVERRIDE", "CAP_KILL")
 """What a template keeps inside bubblewrap: switching each child to its uid (and dropping the
 child's bounding set), making the child's scratch folder its own, killing the child's processes
 and removing what it left."""
-CHECKS = Path(__file__).parents[1] / "checks.py"
-GUARD = Path(__file__).parents[1] / "guard.py"
+CHECKS = ISOLATION.parent / "checks.py"
 
 
-@dataclass(frozen=True)
-class Limits:
-    timeout_cell: float = 30.0
-    timeout_notebook: float = 300.0
-    memory_mb: int = 4096
-    max_procs: int = 256
-    cpus: float = 1.0  # cores one submission may keep busy at most, all its processes together
-
-    def __post_init__(self):
-        for name in ("timeout_cell", "timeout_notebook", "memory_mb", "max_procs", "cpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def _cgroup_dirs(name: str) -> dict[str, Path]:
-    """Writable cgroup folders for one sandbox: {'memory': ..., 'pids': ...} and, where the
-    host has it, {'cpu': ...} (v1), or {'unified': ...} (v2), or {} when this host does not let
-    us create them."""
-    v1 = {c: CGROUP_V1 / c for c in ("memory", "pids", "cpu")}
-    if all((v1[c] / "cgroup.procs").exists() for c in ("memory", "pids")):
-        try:
-            made = {}
-            for controller, root in v1.items():
-                if not (root / "cgroup.procs").exists():
-                    continue  # no cpu controller: the CPU share is not enforced
-                folder = root / CGROUP_PARENT / name
-                folder.mkdir(parents=True, exist_ok=True)
-                made[controller] = folder
-            return made
-        except OSError:
-            return {}
-    v2 = CGROUP_V1 / CGROUP_PARENT
-    try:
-        controllers = set((CGROUP_V1 / "cgroup.controllers").read_text().split())
-        if {"memory", "pids"} <= controllers:
-            wanted = " ".join(f"+{c}" for c in ("memory", "pids", "cpu") if c in controllers)
-            v2.mkdir(exist_ok=True)
-            (CGROUP_V1 / "cgroup.subtree_control").write_text(wanted)
-            (v2 / "cgroup.subtree_control").write_text(wanted)
-            folder = v2 / name
-            folder.mkdir(exist_ok=True)
-            return {"unified": folder}
-    except OSError:
-        pass
-    return {}
-
-
-CPU_PERIOD_US = 100_000
-
-
-def _limit_cpu(folder: Path, cpus: float, unified: bool) -> bool:
-    """Cap the CPU time of everything in the cgroup at ``cpus`` cores (CFS bandwidth: quota
-    per period); False where this cgroup cannot (v2 without the cpu controller)."""
-    quota = max(1000, int(cpus * CPU_PERIOD_US))
-    if unified:
-        control = folder / "cpu.max"
-        if not control.exists():
-            return False
-        control.write_text(f"{quota} {CPU_PERIOD_US}")
-        return True
-    (folder / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-    (folder / "cpu.cfs_quota_us").write_text(str(quota))
-    return True
-
-
-def _rlimits_that_hold(limits: Limits, uid: int | None = None) -> list[str]:
-    """The names of the rlimits ``runner.limit`` manages to set here, tried in a child process
-    (setting them in the grader itself would cap the grader), as ``uid`` when given (the uid
-    the sandbox's runner will have)."""
-    script = ("import json, sys; runner = {'__name__': 'runner', '__file__': 'runner.py'}; "
-              "exec(sys.stdin.read(), runner); "
-              "print(json.dumps(runner['limit'](int(sys.argv[1]), int(sys.argv[2]))))")
-    probe = subprocess.run((as_uid(uid) if uid is not None else []) +
-                           [sys.executable, "-I", "-c", script, str(limits.memory_mb),
-                            str(limits.max_procs)],
-                           input=RUNNER.read_text(), capture_output=True, text=True)
+def _rlimits_that_hold(limits: Limits, support: Path, as_student: bool) -> list[str]:
+    """The names of the rlimits the runner (``rules.limit``) manages to set here, tried in a
+    process of their own (setting them in the grader itself would cap the grader), as a
+    sandbox's uid where the runner will have one."""
+    script = ("import json, sys; sys.path.insert(0, sys.argv[3]); import rules; "
+              "print(json.dumps(rules.limit(int(sys.argv[1]), int(sys.argv[2]))))")
+    command = [sys.executable, "-I", "-c", script, str(limits.memory_mb),
+               str(limits.max_procs), str(support)]
+    with identity.lease(1 if as_student else 0) as held:
+        prefix = as_uid(held.uids[0]) if held.uids else []
+        probe = subprocess.run(prefix + command, capture_output=True, text=True)
     try:
         return json.loads(probe.stdout)
     except ValueError:
         return []
-
-
-def _limit_memory(folder: Path, limit: int, unified: bool) -> None:
-    """Cap memory, swap included, at ``limit`` bytes.
-
-    cgroup v1 refuses (EINVAL) a memory limit above the memory+swap limit and a memory+swap
-    limit below the memory limit, so the order of the two writes depends on which way the
-    folder's current values move; writing the one that fails second makes both hold.
-    """
-    if unified:
-        (folder / "memory.max").write_text(str(limit))
-        swap = folder / "memory.swap.max"
-        if swap.exists():
-            swap.write_text("0")
-        return
-    memory, swap = folder / "memory.limit_in_bytes", folder / "memory.memsw.limit_in_bytes"
-    if not swap.exists():  # the host has no swap accounting
-        memory.write_text(str(limit))
-        return
-    try:
-        memory.write_text(str(limit))
-    except OSError:  # memsw (lower, from an earlier run) must move first
-        swap.write_text(str(limit))
-        memory.write_text(str(limit))
-    else:
-        swap.write_text(str(limit))
-
-
-def _empty_and_remove(folder: Path, wait: float = 5.0) -> None:
-    """Kill what is left in a cgroup and remove it; killed processes leave it a moment later."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            pids = (folder / "cgroup.procs").read_text().split()
-        except OSError:
-            return
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            folder.rmdir()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.05)
-
-
-def package_folders(names) -> list[Path]:
-    """The real folders of the packages ``names`` installed here (links resolved)."""
-    folders = []
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin and spec.submodule_search_locations and \
-                Path(spec.origin).exists():
-            folders.append(Path(spec.origin).resolve().parent)
-    return folders
-
-
-def checkout_copies(course: Path) -> list[Path]:
-    """Where a checkout of this repository keeps other copies of the course and the library
-    (git's objects, with the hidden tests; pip's build folder), which the uid fallback's
-    sandboxes must not read any more than the course itself."""
-    root = Path(course).resolve().parent
-    return [folder for folder in (root / ".git", root / "build") if folder.exists()]
-
-
-def hide_withheld() -> list[Path]:
-    """Make the packages no answer may use (``WITHHELD``) folders other users may not enter,
-    for the uid fallback, whose sandboxes are other users; return them. Bubblewrap needs none
-    of it; an assignment's own extras (torch for 02) stay readable, since others need them."""
-    folders = package_folders(WITHHELD)
-    for folder in folders:
-        folder.chmod(folder.stat().st_mode & ~0o077)
-    return folders
-
-
-def remove_stale_cgroups() -> None:
-    """Remove the cgroups of grading runs that died before they could (killed): cgroups outlive
-    their processes. Grading names its sandboxes' "<process id of the run>-...": a folder whose
-    run no longer exists is stale (its processes, if any are left, are killed)."""
-    for parent in (*(CGROUP_V1 / c / CGROUP_PARENT for c in ("memory", "pids", "cpu")),
-                   CGROUP_V1 / CGROUP_PARENT):
-        try:
-            folders = [f for f in parent.iterdir() if f.is_dir()]
-        except OSError:
-            continue
-        for folder in folders:
-            run = folder.name.split("-")[0]
-            if run.isdigit() and not _running(int(run)):
-                _empty_and_remove(folder)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 FIGURES_BACKEND = '''"""Matplotlib's backend while a notebook is graded: figures shown (or left
@@ -317,130 +141,16 @@ drive, files, output = _Drive(), _Files(), _Output()
 
 @dataclass
 class Box:
-    """One running sandbox: its process, cgroups, working folder and, when forked from a
-    template, its uid and the OOM kills its cgroups had counted before it started."""
+    """One running sandbox: its process, cgroups, working folder, its uid (and the lease of it
+    when it was leased for this sandbox alone), and, when forked from a template, the OOM kills
+    its cgroups had counted before it started."""
 
     proc: subprocess.Popen | Forked
     groups: dict[str, Path]
     scratch: Path
     uid: int | None = None
     oom_before: int = 0
-
-
-class TemplateGone(Exception):
-    """The template stopped answering (it died, or was killed): start another."""
-
-
-class Template:
-    """A grading worker's template: one process, isolated like a sandbox (inside bubblewrap,
-    or on the host in the uid fallback) but root there, that imported the notebook's heavy
-    packages (torch: most of a sandbox's start) once. Each submission gets a child forked from
-    it, which enters its own session, scratch folder and limits and becomes its own uid before
-    any student code runs; after it, the template kills every process of that uid and removes
-    what it left (``runner.template``). Nothing of the grader is in the template: it was started
-    from ``runner.py`` alone, so a child inherits torch, not the hidden tests."""
-
-    def __init__(self, sandbox: Sandbox):
-        self.sandbox = sandbox
-        self.name = sandbox.template_name or f"{os.getpid()}-template"
-        self.groups = sandbox._groups(self.name)
-        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = sandbox._popen(self.name, sandbox.command(template=True), self.groups,
-                                   stdin=theirs)
-        theirs.close()
-        self.exited: dict[int, int] = {}
-        self.replies: list[dict] = []
-        self._reply("ready")
-
-    def _collect(self, timeout: float) -> bool:
-        """Read what the template sent within ``timeout`` s; False if nothing came."""
-        if not select.select([self.ctl], [], [], max(0.0, timeout))[0]:
-            return False
-        try:
-            data = self.ctl.recv(1 << 16)
-        except OSError:
-            data = b""
-        if not data:
-            raise TemplateGone("the template stopped")
-        message = json.loads(data)
-        if message["op"] == "exited":
-            self.exited[message["pid"]] = message["code"]
-        else:
-            self.replies.append(message)
-        return True
-
-    def _reply(self, op: str) -> dict:
-        deadline = time.monotonic() + TEMPLATE_SECONDS
-        while not self.replies:
-            if not self._collect(deadline - time.monotonic()) and time.monotonic() > deadline:
-                raise TemplateGone(f"the template did not answer within {TEMPLATE_SECONDS:g} s")
-        message = self.replies.pop(0)
-        if message["op"] != op:
-            raise TemplateGone(f"the template answered {message['op']!r} to {op!r}")
-        return message
-
-    def _request(self, message: dict, fds: list[int] = ()) -> None:
-        try:
-            socket.send_fds(self.ctl, [json.dumps(message).encode()], list(fds))
-        except OSError as err:
-            raise TemplateGone(f"the template is gone ({err})") from None
-
-    def fork(self, uid: int, scratch: str) -> Forked:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._request({"op": "fork", "uid": uid, "scratch": scratch}, [theirs.fileno()])
-        finally:
-            theirs.close()
-        return Forked(self, self._reply("forked")["pid"], mine)
-
-    def end(self, uid: int, scratch: str) -> None:
-        """Kill every process of ``uid`` and remove what it left."""
-        self._request({"op": "stop", "uid": uid, "scratch": scratch})
-        self._reply("stopped")
-
-    def close(self) -> None:
-        self.ctl.close()
-        try:  # it has nothing to finish, and killed it is gone at once (its children with it)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        for folder in self.groups.values():
-            _empty_and_remove(folder)
-        shutil.rmtree(self.sandbox.support / "scratch" / self.name, ignore_errors=True)
-
-
-class Forked:
-    """A submission's runner forked from a template, as the session sees a process: its
-    connection as ``stdin``/``stdout``, and ``poll``/``wait`` for the exit status the template
-    reports."""
-
-    def __init__(self, template: Template, pid: int, sock: socket.socket):
-        self.template, self.pid, self.sock = template, pid, sock
-        self.stdin = sock.makefile("wb")
-        self.stdout = sock.makefile("rb", buffering=0)
-
-    def poll(self) -> int | None:
-        with contextlib.suppress(TemplateGone):
-            while self.pid not in self.template.exited and self.template._collect(0):
-                pass
-        if self.template.proc.poll() is not None:  # its children died with it
-            return self.template.exited.get(self.pid, -signal.SIGKILL)
-        return self.template.exited.get(self.pid)
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while self.poll() is None:
-            if time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout)
-            with contextlib.suppress(TemplateGone):
-                self.template._collect(min(0.1, deadline - time.monotonic()))
-        return self.poll()
-
-    def close(self) -> None:
-        for stream in (self.stdin, self.stdout, self.sock):
-            with contextlib.suppress(OSError):
-                stream.close()
+    lease: identity.Lease | None = None
 
 
 class Sandbox:
@@ -467,10 +177,10 @@ class Sandbox:
         self.support = Path(support).resolve()
         if write:  # the grading process: workers pass write=False
             self._write_support()
-            remove_stale_cgroups()
+            cgroups.remove_stale()
         self.template: Template | None = None  # started at the first ``start`` that forks
         self.template_name = ""  # its cgroups' and scratch folder's name; else "<pid>-template"
-        probe = _cgroup_dirs(f"probe-{os.getpid()}")
+        probe = cgroups.make(f"probe-{os.getpid()}")
         self.cgroups = bool(probe)
         self.cpu_share = "cpu" in probe or (
             "unified" in probe and (probe["unified"] / "cpu.max").exists())
@@ -497,9 +207,9 @@ class Sandbox:
                     "via cgroup")
         else:
             # a uid of the sandbox's own, or (bubblewrap started by a user) the grader's
-            uid = UID_BASE if self.forks or self.isolation.kind == UID else None
-            held = _rlimits_that_hold(self.limits, uid)
-            shared = "" if uid is not None else ", shared with your own processes"
+            own = self.forks or self.isolation.kind == UID
+            held = _rlimits_that_hold(self.limits, self.support, own)
+            shared = "" if own else ", shared with your own processes"
             named = [f"memory {self.limits.memory_mb} MB (address-space rlimit)"
                      if "memory" in held else
                      "memory NOT capped (no cgroup, and the address-space rlimit was refused)",
@@ -517,12 +227,12 @@ class Sandbox:
         if site.exists():
             shutil.rmtree(site)
         (site / "autograder").mkdir(parents=True)
-        shutil.copy(RUNNER, self.support / "runner.py")
-        shutil.copy(GUARD, self.support / "guard.py")
+        for name, path in PROGRAMS.items():  # run from here, each importing its peers
+            shutil.copy(path, self.support / name)
         (site / "autograder" / "__init__.py").write_text(
             f'"""The checks test cells import; the rest of the grader {STUB_MARK}."""\n')
         shutil.copy(CHECKS, site / "autograder" / "checks.py")
-        shutil.copy(GUARD, site / "autograder" / "guard.py")
+        shutil.copy(PROGRAMS["guard.py"], site / "autograder" / "guard.py")
         # Colab's own module, as a no-op stand-in: a notebook saved on Colab mounts Drive or
         # uploads files in cells of its own, which must not cost points where there is no Colab
         (site / "google" / "colab").mkdir(parents=True)  # `google` stays a namespace package
@@ -598,12 +308,12 @@ class Sandbox:
         """The command that starts the runner of one submission as ``uid``, or (``template``)
         the worker's template, which stays root to give each child its uid."""
         python = self._python()
-        tail = ["--template"] if template else []
+        program = "template.py" if template else "runner.py"
         if self.isolation.kind == NONE:
             return [python, str(self.support / "runner.py")]
         if self.isolation.kind == UID:
-            prefix = ["setpriv", "--pdeathsig=KILL", "--"] if template else as_uid(uid)
-            return prefix + [python, str(self.support / "runner.py"), *tail]
+            prefix = [] if template else as_uid(uid)
+            return prefix + [python, str(self.support / program)]
         args = ["bwrap", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
@@ -620,10 +330,10 @@ class Sandbox:
             if root != Path("/usr") and Path("/usr") not in root.parents:
                 args += self._dirs_for(root, made) + ["--ro-bind", str(root), str(root)]
         args += self._withheld_mounts(bound)
-        args += ["--perms", "0755", "--dir", "/grader",
-                 "--ro-bind", str(self.support / "runner.py"), "/grader/runner.py",
-                 "--ro-bind", str(self.support / "guard.py"), "/grader/guard.py",
-                 "--ro-bind", str(self.support / "site"), "/grader/site",
+        args += ["--perms", "0755", "--dir", "/grader"]
+        for name in PROGRAMS:
+            args += ["--ro-bind", str(self.support / name), f"/grader/{name}"]
+        args += ["--ro-bind", str(self.support / "site"), "/grader/site",
                  # a template's children each get a folder of their own uid here, and /scratch
                  # itself is root's: they may enter their own folder, not write beside it
                  "--perms", "0711" if template else "1777", "--size", str(SCRATCH_BYTES),
@@ -636,7 +346,7 @@ class Sandbox:
             for cap in TEMPLATE_CAPABILITIES:
                 args += ["--cap-add", cap]
         args.append("--")
-        return args + [python, "/grader/runner.py", *tail]
+        return args + [python, f"/grader/{program}"]
 
     def environment(self, home: str, tmp: str, site: str) -> dict[str, str]:
         env = {"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp,
@@ -654,26 +364,39 @@ class Sandbox:
             env["GRADER_RLIMIT_NPROC"] = str(self.limits.max_procs)
         return env
 
-    def start(self, name: str) -> Box:
-        """Start the runner for one submission; its stdin/stdout are the protocol pipes (a
-        socket when it is forked from this process's template)."""
+    @property
+    def needs_uids(self) -> bool:
+        """Whether each sandbox runs as a uid of its own, leased from ``identity``."""
+        return self.forks or self.isolation.kind == UID
+
+    def start(self, name: str, uid: int | None = None) -> Box:
+        """Start the runner for one submission, as ``uid`` where sandboxes need uids (one
+        leased for this sandbox alone when none is given); its stdin/stdout are the protocol
+        pipes (a socket when it is forked from this process's template)."""
+        lease = None
+        if self.needs_uids and uid is None:
+            lease = identity.lease(1)
+            uid = lease.uids[0]
         if self.forks:
-            return self._fork(name)
-        groups = self._groups(name)
-        uid = uid_for(name) if self.isolation.kind == UID else None
-        return Box(self._popen(name, self.command(uid), groups, uid=uid), groups,
-                   self.support / "scratch" / name, uid)
+            box = self._fork(name, uid)
+        else:
+            groups = self._groups(name)
+            box = Box(self._popen(name, self.command(uid), groups, uid=uid), groups,
+                      self.support / "scratch" / name, uid)
+        box.lease = lease
+        return box
 
     def _groups(self, name: str) -> dict[str, Path]:
         """The cgroups of one sandbox (or template), limits set; {} without cgroups."""
-        groups = _cgroup_dirs(name) if self.cgroups else {}
+        groups = cgroups.make(name) if self.cgroups else {}
         for controller, folder in groups.items():
             if controller in ("memory", "unified"):
-                _limit_memory(folder, self.limits.memory_mb * 2**20, controller == "unified")
+                cgroups.limit_memory(folder, self.limits.memory_mb * 2**20,
+                                     controller == "unified")
             if controller in ("pids", "unified"):
                 (folder / "pids.max").write_text(str(self.limits.max_procs))
             if controller in ("cpu", "unified"):
-                _limit_cpu(folder, self.limits.cpus, controller == "unified")
+                cgroups.limit_cpu(folder, self.limits.cpus, controller == "unified")
         return groups
 
     def _popen(self, name: str, command: list[str], groups: dict[str, Path],
@@ -709,10 +432,9 @@ class Sandbox:
             for fd in hidden:
                 os.close(fd)
 
-    def _fork(self, name: str) -> Box:
+    def _fork(self, name: str, uid: int) -> Box:
         """One submission's runner, forked from the template (started, or started again if it
         died, here)."""
-        uid = uid_for(name)
         scratch = (Path("/scratch") if self.isolation.kind == BUBBLEWRAP
                    else self.support / "scratch") / name
         for attempt in (1, 2):
@@ -721,7 +443,7 @@ class Sandbox:
                 self.template = Template(self)
             try:
                 return Box(self.template.fork(uid, str(scratch)), self.template.groups,
-                           scratch, uid, oom_kills(self.template.groups))
+                           scratch, uid, cgroups.oom_kills(self.template.groups))
             except TemplateGone:
                 self.close_template()
                 if attempt == 2:
@@ -733,16 +455,13 @@ class Sandbox:
             self.template.close()
             self.template = None
 
-    def cleanup(self, name: str) -> None:
-        """Remove what a sandbox named ``name`` left if its grading worker died with it: its
-        cgroups (processes there are killed), the processes of its uid, its scratch folder."""
-        for folder in (*(CGROUP_V1 / c / CGROUP_PARENT / name
-                         for c in ("memory", "pids", "cpu")),
-                       CGROUP_V1 / CGROUP_PARENT / name):
-            if folder.is_dir():
-                _empty_and_remove(folder)
-        if self.isolation.kind == UID:
-            _kill_uid(uid_for(name))
+    def cleanup(self, name: str, uid: int | None = None) -> None:
+        """Remove what a sandbox named ``name`` (run as ``uid``) left if its grading worker died
+        with it: its cgroups (processes there are killed), its uid's processes, files and IPC
+        objects, its scratch folder."""
+        cgroups.remove(name)
+        if uid is not None and self.isolation.kind == UID:
+            end_uid(uid)
         remove_tree(self.support / "scratch" / name)
 
     @staticmethod
@@ -757,86 +476,45 @@ class Sandbox:
                 if sandbox.template is proc.template:
                     sandbox.close_template()
                 if sandbox.isolation.kind == UID:
-                    _kill_uid(box.uid)
+                    end_uid(box.uid)
                     remove_tree(box.scratch)
             proc.close()
-            return oom_kills(box.groups) > box.oom_before
+            Sandbox._release(box)
+            return cgroups.oom_kills(box.groups) > box.oom_before
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         if box.uid is not None:  # what it started in sessions of its own, too
-            _kill_uid(box.uid)
+            end_uid(box.uid)
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
-        out_of_memory = oom_kills(box.groups) > 0
+        out_of_memory = cgroups.oom_kills(box.groups) > 0
         for folder in box.groups.values():
-            _empty_and_remove(folder)
+            cgroups.empty_and_remove(folder)
         remove_tree(box.scratch)
+        Sandbox._release(box)
         return out_of_memory
 
-
-def python_readable_by_others() -> bool:
-    """Whether every folder Python imports from (the standard library, site-packages) can be
-    read by a user with no rights of its own: every folder on the way searchable by others."""
-    paths = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = Path(paths[key]).resolve()
-        for folder in (path, *path.parents):
-            if not folder.stat().st_mode & stat.S_IXOTH:
-                return False
-        if not path.stat().st_mode & stat.S_IROTH:
-            return False
-    return True
+    @staticmethod
+    def _release(box: Box) -> None:
+        """Give back the uid leased for this sandbox alone, once nothing of it is left."""
+        if box.lease is not None:
+            box.lease.release()
+            box.lease = None
 
 
-def oom_kills(groups: dict[str, Path]) -> int:
-    """How many times the memory cgroup in ``groups`` killed for memory (on old kernels: hit
-    its limit); 0 without one."""
-    for controller, folder in groups.items():
-        try:
-            if controller == "memory":  # oom_kill counts kills; failcnt (old kernels)
-                control = (folder / "memory.oom_control").read_text().split()
-                return (int(control[control.index("oom_kill") + 1]) if "oom_kill" in control
-                        else int((folder / "memory.failcnt").read_text()))
-            if controller == "unified":
-                events = (folder / "memory.events").read_text().split()
-                return int(events[events.index("oom_kill") + 1])
-        except (OSError, ValueError):
-            pass
-    return 0
-
-
-def uid_for(name: str) -> int:
-    """The uid of the sandbox ``name`` in the uid fallback. Grading names its sandboxes
-    "<grading process id>-<slot>", a slot per sandbox alive at once: they get different uids,
-    and other grading runs almost surely others (64 slots in a block per process id)."""
-    run, _, slot = name.rpartition("-")
-    if run.isdigit() and slot.isdigit() and int(slot) < 64:
-        return UID_BASE + (int(run) % 1024) * 64 + int(slot)
-    return UID_BASE + zlib.crc32(name.encode()) % UID_SPAN
-
-
-def _kill_uid(uid: int) -> None:
-    """Kill every process of ``uid`` (as that uid: kill -1 reaches only its own), then remove
-    what it left in the places every user may write: there the next sandbox given this uid,
-    another student's, would find it (and the disk would keep it)."""
-    subprocess.run(as_uid(uid) + ["kill", "-KILL", "-1"], capture_output=True)
-    for place in SHARED_WRITABLE:
-        remove_owned(place, uid)
-
-
-def support_folder(out: Path, isolation: Isolation) -> Path:
+def support_folder(isolation: Isolation | None = None) -> Path:
     """Where the sandboxes' support and scratch folders go: a fresh folder of the grader's that
-    the sandbox uids may only traverse, away from ``out``: in the uid fallback the output's own
-    permissions (no access for others) could not hide them, and under bubblewrap the paths of
-    what is bound into the sandbox show in its mount table, which then names nothing of the
-    instructor's folders. ``out`` is kept for callers that name where grading writes."""
+    the sandbox uids may only traverse, away from the output: in the uid fallback the output's
+    own permissions (no access for others) could not hide them, and under bubblewrap the paths
+    of what is bound into the sandbox show in its mount table, which then names nothing of the
+    instructor's folders."""
     folder = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))
     folder.chmod(0o711)
     return folder

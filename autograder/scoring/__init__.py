@@ -2,6 +2,6 @@
 stop (``workers``), and what a run writes: grades.csv, feedback, the nbgrader gradebook, the
 similarity report; shards merged; Gradescope's one-submission run."""
 
-from ..authoring.course import skip_slow_imports
+from ..course import skip_slow_imports
 
 skip_slow_imports()  # before nbformat: every grading worker imports this package first

@@ -17,10 +17,10 @@ import re
 import time
 import types
 
-from ..authoring.release import has_visible_code, hidden_lines
+from ..intake.markers import has_visible_code, hidden_lines
 from ..intake.normalize import Step
-from ..isolation.remote import TEST_MODULE, ProtocolError, SandboxGone, Session
-from ..isolation.runner import seed_all
+from ..isolation.protocol import seed_all
+from ..isolation.session import TEST_MODULE, ProtocolError, SandboxGone, Session
 from .results import Result, Status, TestResult, clip, manual_answers, test_result
 
 KEPT_TYPES = (types.FunctionType, type, types.ModuleType)

@@ -23,33 +23,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..authoring.course import COURSE, check_assignment, generate, source_notebook, working_course
+from ..course import COURSE, check_assignment, generate, working_course
 from ..intake.late import LatePolicy, load_timestamps
 from ..intake.normalize import (
     fingerprint,
-    given_imports,
     manual,
     master_step,
     plan,
     read_notebook,
-    refuses_attention,
-    withheld,
 )
 from ..intake.submissions import collect
-from ..isolation.kinds import UID, Isolation, choose, refuse_if_exposed
-from ..isolation.remote import START_SECONDS
-from ..isolation.runner import remove_tree
-from ..isolation.sandbox import (
-    WITHHELD,
-    Limits,
-    Sandbox,
-    checkout_copies,
-    package_folders,
-    support_folder,
-)
+from ..isolation.kinds import UID, Isolation
+from ..isolation.limits import Limits
+from ..isolation.sandbox import Sandbox
+from ..isolation.session import START_SECONDS
 from . import gradebook, similarity
 from .feedback import write_feedback
 from .handgrading import apply, cells_of, sync, totals
+from .prepare import Prepared, prepare_grading
 from .results import Result, Status, clip
 from .spreadsheet import write_csv
 from .workers import Failure, run_jobs
@@ -67,6 +58,7 @@ class _Worker:
     at most, and their names (cgroups, uids) alternate between two per worker."""
 
     sandbox: Sandbox | None = None
+    uids: tuple[int, ...] = ()  # the two this worker's sandboxes take in turn, where needed
     run = 0  # the grading process's id, which names this run's sandboxes
     index = 0
     started = 0
@@ -75,8 +67,9 @@ class _Worker:
     @classmethod
     def setup(cls, index: int, run: int, support: str, limits: Limits, isolation: Isolation,
               withhold: tuple[str, ...], refuse_attention: bool,
-              preload: tuple[str, ...], master: dict) -> None:
+              preload: tuple[str, ...], master: dict, uids: tuple[int, ...]) -> None:
         cls.index, cls.run, cls.master = index, run, master
+        cls.uids = uids[2 * index:2 * index + 2]  # this worker's two, in turn
         # the run's own work (generate_assignment, the similarity report, the gradebook) goes
         # first when the cores are busy: done beside the grading, it is not left for the end
         os.nice(WORKER_NICENESS)
@@ -91,7 +84,8 @@ class _Worker:
     @classmethod
     def start(cls):
         cls.started += 1
-        return cls.sandbox.start(f"{cls.run}-{2 * cls.index + cls.started % 2}")
+        return cls.sandbox.start(f"{cls.run}-{2 * cls.index + cls.started % 2}",
+                                 cls.uids[cls.started % 2] if cls.uids else None)
 
     @classmethod
     def teardown(cls) -> None:
@@ -253,7 +247,8 @@ class _Run:
             with contextlib.suppress(Exception):
                 write_feedback(self.out / "feedback" / student, row, [])
         write_grades(self.out / "grades.csv", self.all_rows())
-        self.log(f"[{seconds:6.1f} s] {student}: {row['score'] or '?'}/{row['max_score']:g} "
+        score = "pending" if row["score"] == "" else f"{row['score']:g}"
+        self.log(f"[{seconds:6.1f} s] {student}: {score}/{row['max_score']:g} "
                  f"{row['status']} {row['message']}")
         self.record(wait=False)
 
@@ -354,8 +349,6 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, 
                         timestamps=timestamps, regrade=regrade, only=tuple(only or ()),
                         shard=shard, log=log)
     check_assignment(assignment, settings.course)
-    # the strongest there is, unless one is given; RuntimeError saying what to do if none
-    isolation = settings.isolation or choose(settings.unsafe)
     out = Path(out).resolve()
     unpacked = Path(tempfile.mkdtemp(prefix="autograder-unpacked-"))
     try:
@@ -364,18 +357,19 @@ def grade(assignment: str, submissions: Path, out: Path, course: Path = COURSE, 
         unknown = sorted(set(settings.only) - {s.student_id for s in subs})
         if unknown:
             raise ValueError(f"--only names student(s) not in the export: {', '.join(unknown)}")
-        if isolation.kind == UID:  # no mounts hide the grader's files: permissions must
-            refuse_if_exposed([settings.course, out, Path(submissions),
-                               *package_folders(WITHHELD), *checkout_copies(settings.course)],
-                              packages=WITHHELD)
-            out.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return _grade(assignment, subs, out, settings, isolation)
+        with prepare_grading(assignment, settings.course, settings.limits,
+                             isolation=settings.isolation, unsafe=settings.unsafe,
+                             private=(out, Path(submissions)),
+                             workers=settings.workers) as prepared:
+            if prepared.isolation.kind == UID:  # its permissions hide the output
+                out.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return _grade(assignment, subs, out, settings, prepared)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def _grade(assignment: str, subs, out: Path, settings: Settings,
-           isolation: Isolation) -> list[dict]:
+           prepared: Prepared) -> list[dict]:
     log = settings.log
     out.mkdir(parents=True, exist_ok=True)
     # an interrupted run's rows without their gradebook copy are graded again; --only keeps
@@ -383,7 +377,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     previous = (read_grades(out / "grades.csv") if settings.only
                 else settled_rows(out, assignment))
     work = working_course(assignment, out / "course", settings.course)
-    master = read_notebook(source_notebook(assignment, settings.course))
+    master, sandbox = prepared.master, prepared.sandbox
     max_score = sum(s.points for s in map(master_step, master["cells"])
                     if s.kind == "test" or manual(s))
     mine = [s for s in subs if in_shard(s.student_id, settings.shard)]
@@ -415,9 +409,6 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
             log(f"the assignment's tests changed since {len(stale)} student(s) were graded "
                 f"in {out} (tests version {version}): grading them again: "
                 f"{', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
-    sandbox = Sandbox(support_folder(out, isolation), settings.limits, isolation,
-                      withhold=withheld(master), refuse_attention=refuses_attention(master),
-                      preload=given_imports(master))
     log(f"grading {assignment}: {len(todo)} submission(s), {settings.workers} worker(s); "
         f"{sandbox.limits_in_force}; {sandbox.starts}")
     if not settings.only and len(todo) < len(mine):
@@ -425,13 +416,11 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
             "(--regrade grades them again, --only ID... regrades chosen students; rows the "
             "grader failed on, status error, are graded again)")
     try:
-        _grade_all(run, master, todo, settings.limits, sandbox, settings.workers)
+        _grade_all(run, master, todo, settings.limits, prepared, settings.workers)
     except BaseException:  # interrupted: the rows written still get their gradebook copy
         with contextlib.suppress(Exception):
             run.record(wait=True)
         raise
-    finally:  # the runner's copy and the scratch folders: nothing an instructor needs
-        remove_tree(sandbox.support)
     run.record(wait=True)
     flags = similar.result()
     for line in said:
@@ -444,7 +433,7 @@ def _grade(assignment: str, subs, out: Path, settings: Settings,
     return sync(out, settings.policy, log=log)  # with the manual grades the gradebook keeps
 
 
-def _grade_all(run, master, todo, limits, sandbox, workers) -> None:
+def _grade_all(run, master, todo, limits, prepared, workers) -> None:
     """A submission intake could not read is its row at once; the workers grade the rest."""
     jobs = []
     for sub in todo:
@@ -455,10 +444,10 @@ def _grade_all(run, master, todo, limits, sandbox, workers) -> None:
         else:
             jobs.append(sub)
     if jobs:
-        _run_jobs(run, master, jobs, limits, sandbox, workers)
+        _run_jobs(run, master, jobs, limits, prepared, workers)
 
 
-def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
+def _run_jobs(run, master, jobs, limits, prepared, workers) -> None:
     """Grade ``jobs`` in parallel; every job ends as exactly one row, whatever its worker does
     (see ``workers.run_jobs``). Ctrl-C stops the run: rows written so far stay, and running
     the same command again grades the students still missing."""
@@ -469,15 +458,18 @@ def _run_jobs(run, master, jobs, limits, sandbox, workers) -> None:
     # the notebook's own limit, plus every cell's grace and the sandbox's start: a safety net
     deadline = limits.timeout_notebook + 2 * limits.timeout_cell + START_SECONDS + 60
 
+    sandbox, uids = prepared.sandbox, prepared.uids.uids
+
     def cleanup(student, index):  # a worker died: what its sandboxes left outside it
-        for name in (f"{os.getpid()}-{2 * index}", f"{os.getpid()}-{2 * index + 1}",
-                     template_name(os.getpid(), index)):
-            sandbox.cleanup(name)
+        mine = uids[2 * index:2 * index + 2] or (None, None)
+        for slot, uid in zip((2 * index, 2 * index + 1), mine):
+            sandbox.cleanup(f"{os.getpid()}-{slot}", uid)
+        sandbox.cleanup(template_name(os.getpid(), index))
 
     results = run_jobs(work, _grade_one, workers, deadline, setup=_Worker.setup,
                        setup_args=(os.getpid(), str(sandbox.support), limits, sandbox.isolation,
                                    sandbox.withheld, sandbox.refuse_attention,
-                                   sandbox.preload, master),
+                                   sandbox.preload, master, uids),
                        teardown=_Worker.teardown, on_failure=cleanup,
                        preload=(__name__, "autograder.scoring.execute", "numpy", "torch"))
     try:

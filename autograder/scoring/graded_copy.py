@@ -14,7 +14,7 @@ import base64
 import binascii
 import re
 
-from ..authoring.release import public_source
+from ..intake.markers import public_source
 from ..intake.normalize import Step
 from .results import rubric
 

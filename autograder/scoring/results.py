@@ -110,7 +110,7 @@ def clip(text: str, limit: int) -> str:
 def test_result(test: str, max_points: float, passed: bool, message: str, source: str,
                 hidden_failed: bool = False) -> TestResult:
     """The result of the test cell ``test`` (its master ``source``): all points or none."""
-    from ..authoring.release import has_visible_code, hidden_lines
+    from ..intake.markers import has_visible_code, hidden_lines
 
     return {"test": test, "points": max_points if passed else 0.0, "max_points": max_points,
             "passed": passed, "message": clip(message, 1000), "hidden_failed": hidden_failed,

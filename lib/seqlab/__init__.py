@@ -19,7 +19,8 @@ Every lecture notebook imports from here and shows the source of what it teaches
 - Above them: ``experiments`` (what a lecture and its robustness script both run, with the
   lecture's thresholds) and ``course`` (runs the lectures headless, given their folder, with
   ``alt_text`` in each kernel, so figures carry their titles as alt text; points them at
-  Colab). Model modules never import these, the training loop or the metrics.
+  Colab). Model modules never import these, the training loop or the metrics (names that
+  moved out of a model module are found for saved lectures through ``compat``, lazily).
 """
 
 from . import threads  # noqa: F401  first: sets how torch's CPU threads wait, before torch loads

@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from .compat import moved
 from .tensors import evaluating, map_tensors
 from .validate import integer, number
 
@@ -703,16 +704,6 @@ def mbr_decode(model, *inputs, num_samples: int, utility: Callable[[list[int], l
     return chosen
 
 
-_MOVED_TO_METRICS = ("distinct_n", "overlap_f1", "repetition_rate")
-
-
-def __getattr__(name: str):
-    """Scores of generated text moved to ``seqlab.metrics``; the old names keep working for
-    lecture 06 copies saved before the move."""
-    if name in _MOVED_TO_METRICS:
-        warnings.warn(f"seqlab.decoding.{name} moved to seqlab.metrics.{name}",
-                      DeprecationWarning, stacklevel=2)
-        from . import metrics
-
-        return getattr(metrics, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# scores of generated text moved to seqlab.metrics (saved copies of lecture 06 name them here)
+__getattr__ = moved(__name__, dict.fromkeys(("distinct_n", "overlap_f1", "repetition_rate"),
+                                            "metrics"))

@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from . import config as _config
 from . import decoding
 from .attention import make_score, masked_softmax
+from .compat import moved
 from .data import pad_batch
 from .data.vocab import BOS_ID, EOS_ID, PAD_ID
 from .losses import TokenLoss, token_cross_entropy
@@ -340,20 +341,9 @@ def alignment_agreement(attention: list[torch.Tensor], alignments: list[list[tup
     return hits / total
 
 
-_MOVED = {"bleu_by_length": "metrics", "LENGTH_BUCKETS": "experiments",
-          "LENGTH_SETUPS": "experiments", "LengthExperiment": "experiments",
-          "length_experiment": "experiments"}
-
-
-def __getattr__(name: str):
-    """Lecture 04's experiment and BLEU by length moved out of the model module; the old names
-    keep working for lectures 03 and 04 saved before the move."""
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        where = _MOVED[name]
-        warnings.warn(f"seqlab.seq2seq.{name} moved to seqlab.{where}.{name}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(f".{where}", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lecture 04's experiment and BLEU by length moved out of this model module (saved copies of
+# lectures 03 and 04 still name them here)
+__getattr__ = moved(__name__, {"bleu_by_length": "metrics", "LENGTH_BUCKETS": "experiments",
+                               "LENGTH_SETUPS": "experiments",
+                               "LengthExperiment": "experiments",
+                               "length_experiment": "experiments"})

@@ -35,11 +35,11 @@ import types
 from collections import Counter, OrderedDict
 
 from .cputime import Meter, Usage
-from .runner import NUMERIC, REQUESTS
+from .protocol import MAX_FRAME, NUMERIC, REQUESTS
 
 TEST_MODULE = "__grader_tests__"
 CALLBACK_MODULES = (TEST_MODULE, "autograder.testing")  # the grader's functions a test passes in
-MAX_FRAME = 64 * 2**20
+
 MAX_CONTAINERS = 1_000_000
 """Lists and objects one message from the sandbox may hold: a value's cost to the grader is
 its count of Python objects, not its bytes (56 MB of empty lists are 14 million lists, about a

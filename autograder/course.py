@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COURSE = Path(os.environ.get("SEQLAB_COURSE", Path(__file__).resolve().parents[2] / "assignments"))
+COURSE = Path(os.environ.get("SEQLAB_COURSE", Path(__file__).resolve().parents[1] / "assignments"))
 
 
 def assignments(course: Path = COURSE) -> list[str]:
