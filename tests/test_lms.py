@@ -69,7 +69,7 @@ def _graded(tmp, gradebook, name, export_zip, assignment, scores: dict) -> tuple
     out = tmp / name
     out.mkdir()
     subs = collect(export_zip, assignment, tmp / f"{name}-scratch")
-    _write_manifest(out, assignment, subs, subs, None)
+    _write_manifest(out, assignment, subs, subs, None, MAX, finished=True)
     rows = []
     for sub in subs:
         score, status, pending = scores[sub.student_id]
