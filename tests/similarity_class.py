@@ -624,7 +624,7 @@ def merge_heads(x):
             f"shapes do not fit: query {tuple(query.shape)}, key {tuple(key.shape)}, value "
             f"{tuple(value.shape)}; need query (..., T, d), key (..., S, d), value (..., S, d_v)"
         )
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    scores = (query / math.sqrt(query.shape[-1])) @ key.transpose(-2, -1)
     if mask is not None:
         try:
             torch.broadcast_shapes(mask.shape, scores.shape)
