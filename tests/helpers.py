@@ -1,6 +1,8 @@
 """Test helpers: a scripted HTTP server for download tests (good, missing, truncated and slow
-files) and a fresh virtual environment like a Colab runtime."""
+files), a fresh virtual environment like a Colab runtime, and headless Chromium for the tests
+that look at pages as a person does."""
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -120,3 +122,38 @@ def sandbox_program(name: str):
 
 
 _PROGRAMS = None
+
+
+CHROMIUM = os.environ.get("SEQLAB_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def chromium():
+    """Debian's Chromium through Playwright, for a fixture to ``yield from`` (Playwright's own
+    browser download is not used). Skipped where it is absent, failed in CI, which installs it."""
+    import pytest
+
+    if not Path(CHROMIUM).exists():
+        message = f"no Chromium at {CHROMIUM}: apt-get install chromium (or set SEQLAB_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs it (.ci/run): its absence there is a failure
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+def screenshot_folder(name: str, tmp_path_factory) -> Path:
+    """An empty ``$SEQLAB_ARTIFACTS/name`` (CI keeps that folder), else one in pytest's
+    temporary folder."""
+    import shutil
+
+    where = os.environ.get("SEQLAB_ARTIFACTS")
+    folder = (Path(where) if where else tmp_path_factory.mktemp("artifacts")) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder

@@ -11,23 +11,19 @@ folder; the test prints where.
 
 import functools
 import json
-import os
 import re
-import shutil
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from helpers import chromium, screenshot_folder
 
 from autograder.authoring.book import build_book, check_executed
 from autograder.authoring.publish import ROOT
 from seqlab.course import colab_address, colab_url, lecture_notebooks
 
-CHROMIUM = os.environ.get("SEQLAB_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--disable-sync"]
 DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
 LECTURES = lecture_notebooks(ROOT / "notebooks")
 SHOTS = ("index", "notebooks/04_attention", "notebooks/06_decoding")
@@ -96,17 +92,7 @@ def site(book):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"no Chromium at {CHROMIUM}: apt-get install chromium (or set SEQLAB_CHROMIUM)"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI installs it (.ci/run): its absence there is a failure
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
+    yield from chromium()
 
 
 class Visit:
@@ -259,10 +245,7 @@ def test_search_finds_the_lecture(book, site, browser, word, lecture):
 
 def test_screenshots_of_home_and_two_lectures(book, site, browser, tmp_path_factory):
     """Artefacts for a person to look at: the top of each page and its first figure."""
-    where = os.environ.get("SEQLAB_ARTIFACTS")
-    folder = (Path(where) if where else tmp_path_factory.mktemp("artifacts")) / "book-screenshots"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    folder = screenshot_folder("book-screenshots", tmp_path_factory)
     visit = Visit(browser, site)
     for path in SHOTS:
         for width, size in (("desktop", DESKTOP), ("phone", PHONE)):
