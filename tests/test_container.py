@@ -49,14 +49,14 @@ def test_doctor_names_the_fallback_and_the_fix(private_course):
     assert "network: NOT cut off" in out
     assert "starts: each submission" in out, out
     if os.stat(COURSE).st_mode & 0o005:  # a checkout readable by others, as clones are
-        assert f"READABLE to the sandbox's uid; fix: chmod -R go-rwx {COURSE}" in out
+        assert f"READABLE to a sandbox's uid; fix: chmod -R go-rwx {COURSE}" in out
         assert exposed.returncode == 1, "doctor must fail where grading would refuse"
         assert "grading would refuse here" in out
     hidden = in_docker([sys.executable, "-m", "autograder", "--course", str(private_course),
                         "doctor"])
     assert hidden.returncode == 0, hidden.stdout + hidden.stderr[-2000:]
-    assert "the course (hidden tests): unreadable to the sandbox's uid" in hidden.stdout
-    assert "packages no answer may use: closed to the sandbox's uid" in hidden.stdout
+    assert "the course (hidden tests): unreadable to a sandbox's uid" in hidden.stdout
+    assert "packages no answer may use: closed to a sandbox's uid" in hidden.stdout
     full = subprocess.run([sys.executable, "-m", "autograder", "doctor"], capture_output=True,
                           text=True, cwd=REPO)
     if "bubblewrap: available" in full.stdout:  # with all capabilities, the strongest
@@ -120,7 +120,7 @@ def test_grade_refuses_while_a_withheld_package_is_readable(tmp_path, private_co
     finally:
         nltk.chmod(0o700)
     assert refused.returncode == 2 and f"chmod -R go-rwx {nltk}" in refused.stderr
-    assert "READABLE to the sandbox's uid; fix: python -m autograder hide-withheld" in \
+    assert "READABLE to a sandbox's uid; fix: python -m autograder hide-withheld" in \
         doctor.stdout
     assert not (tmp_path / "out").exists()
 
