@@ -8,7 +8,7 @@ busy process (an assignment's tests, a second notebook, a video call) one of the
 waiting for a core, and the others wait for it, spinning: GNU OpenMP, torch's on Linux and on
 Colab, spins about 3 ms before it sleeps, a whole time slice of the core the late thread needs.
 libgomp shortens the spin only when its own process has more threads than cores; it cannot see
-other processes. Measured on 2 cores (``benchmarks/contention.py``, every lecture): with two
+other processes. Measured on 2 cores (the course's contention benchmark, every lecture): with two
 threads, beside one busy torch process, the lectures that train ran 6 to more than 8 times
 their time alone (23 to 35 times on a machine with more going on); with one thread, 1.1 to
 1.5 times (1.9 for lecture 07, whose few seconds are mostly starting up), and alone one thread
@@ -22,7 +22,7 @@ environment names a count already, a choice this keeps: ``OMP_NUM_THREADS=4`` be
 Jupyter gives a lecture four threads. ``import seqlab`` calls it first, before torch loads; a
 torch loaded earlier is set to one thread with ``torch.set_num_threads``. The results of a few
 lectures change in their last digits with the thread count; every claim holds at 1, 2 and 4
-threads (``benchmarks/*_robustness.py``).
+threads (the sweeps ``seqlab.measured`` ships).
 """
 
 from __future__ import annotations
