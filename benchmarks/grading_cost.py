@@ -4,8 +4,8 @@ cluster run (``autograder/cluster/costs.py`` holds the numbers this prints).
 For each assignment, ``python -m autograder grade`` grades 1 and then K copies of the master
 solution with one worker, in a process of its own (with generous time limits: a busy machine
 must not turn a solution into a timeout; CPU time is what is measured). CPU is the whole
-process tree's (a cgroup's ``cpuacct`` where this host lets root make one, else the reaped
-children's rusage); the difference between the two runs, over K - 1, is one submission's, and
+process tree's, from the rusage of reaped descendants (each sandbox puts its processes in
+cgroups of its own, so no cgroup made here would see them); the difference between the two runs, over K - 1, is one submission's, and
 the rest is the run's fixed cost (imports, ``generate_assignment``, the worker and its
 template, the similarity report of a class of one or K). Memory is sampled every 0.1 s, as a
 node's accounting does (proportional set size, so pages the workers share count once): the
@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 
 from autograder.course import assignments, source_notebook
-
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
 
 def _tree(root: int) -> dict[int, int]:
@@ -88,31 +86,20 @@ class Sampler(threading.Thread):
             time.sleep(0.1)
 
 
-def _cpu_group() -> Path | None:
-    if os.geteuid() != 0 or not (CPUACCT / "cgroup.procs").exists():
-        return None
-    group = CPUACCT / f"grading-cost-{os.getpid()}"
-    try:
-        group.mkdir()
-    except OSError:
-        return None
-    return group
-
 
 def measure(assignment: str, copies: int, workers: int, tmp: Path) -> dict:
-    subs = tmp / f"subs-{assignment}-{copies}"
+    subs = tmp / f"subs-{assignment}-{copies}-{workers}"
     for i in range(copies):
         (subs / f"student{i:03d}").mkdir(parents=True)
         shutil.copy(source_notebook(assignment), subs / f"student{i:03d}" / f"{assignment}.ipynb")
-    group = _cpu_group()
+    # rusage of the reaped descendants, not a cgroup made here: each sandbox moves its processes
+    # into cgroups of its own, out of any group the benchmark makes
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    enter = (f"import os; open('{group}/cgroup.procs', 'w').write(str(os.getpid())); "
-             if group else "import os; ")
     process = subprocess.Popen(
-        [sys.executable, "-c", enter + "import runpy, sys; sys.argv[0] = 'autograder'; "
+        [sys.executable, "-c", "import runpy, sys; sys.argv[0] = 'autograder'; "
          "runpy.run_module('autograder', run_name='__main__')", "grade", assignment,
-         "--submissions", str(subs), "--out", str(tmp / f"out-{assignment}-{copies}"),
+         "--submissions", str(subs), "--out", str(tmp / f"out-{assignment}-{copies}-{workers}"),
          "--workers", str(workers), "--timeout-cell", "600", "--timeout-notebook", "3600"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = Sampler(process.pid)
@@ -124,11 +111,7 @@ def measure(assignment: str, copies: int, workers: int, tmp: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0 or output.count(" graded") < copies:
         raise RuntimeError(f"grading {assignment} failed:\n{output[-3000:]}")
-    if group:
-        cpu = int((group / "cpuacct.usage").read_text()) / 1e9
-        group.rmdir()
-    else:
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"cpu": cpu, "wall": wall, "tree_mb": sampler.tree_peak,
             "runner_mb": sampler.runner_peak}
 
@@ -139,10 +122,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=6)
     args = parser.parse_args()
     chosen = args.assignments or assignments()
-    print(f"{os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}; "
-          f"CPU via {'cgroup cpuacct' if _cpu_group() else 'rusage'}")
-    for g in CPUACCT.glob(f"grading-cost-{os.getpid()}"):
-        g.rmdir()
+    print(f"{os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}; CPU of reaped processes")
     with tempfile.TemporaryDirectory() as tmp:
         for assignment in chosen:
             one = measure(assignment, 1, 1, Path(tmp))

@@ -1,9 +1,10 @@
-"""What grading costs, measured, and the Slurm requests derived from it.
+"""What grading costs, and the Slurm requests derived from it.
 
-The numbers are ``benchmarks/grading_cost.py``'s (per-submission CPU and memory of each
-assignment's master solution; a run's fixed cost; what the grader's own processes hold) and
-``benchmarks/similarity_scale.py``'s (the similarity report, which every task computes for its
-own students against the whole class). The README's "A course of 10,000" shows them.
+The per-submission figures are provisional, not measurements: ``benchmarks/grading_cost.py``
+measures a run's fixed cost (6-9 CPU-s, 435-690 MB) and per-submission wall time (0-1.3 s), but
+its per-submission CPU is a lower bound (see the README's "A course of 10,000"); the similarity
+report's figures are ``benchmarks/similarity_scale.py``'s kind of estimate, not yet measured at
+scale. ``--sbatch=--time=... --mem=...`` overrides what is derived here.
 
 A task's requests are sized so that nothing a student does can cost the task: memory is the
 grader's own plus, per worker, its process and the whole per-submission cap (a submission that
@@ -25,7 +26,7 @@ class Cost:
     peak_mb: float      # the runner's peak proportional set size (pages shared count once)
 
 
-MEASURED = {
+PROVISIONAL = {  # the dearest measured wall time per submission (06: 1.3 s) is within 2x
     "01_language_models": Cost(1.0, 200),
     "02_rnn_backprop": Cost(1.0, 200),
     "03_seq2seq": Cost(1.0, 200),
@@ -49,7 +50,7 @@ MIN_MINUTES = 10
 
 def cost(assignment: str) -> Cost:
     """The measured cost of ``assignment``; for one not measured, the dearest measured."""
-    return MEASURED.get(assignment) or max(MEASURED.values(), key=lambda c: c.cpu_seconds)
+    return PROVISIONAL.get(assignment) or max(PROVISIONAL.values(), key=lambda c: c.cpu_seconds)
 
 
 @dataclass(frozen=True)

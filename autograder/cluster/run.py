@@ -214,6 +214,9 @@ def start(assignment: str, submissions: Path, out: Path, tasks: int, course: Pat
                          f"{out}`, resume it with `slurm --resume {out}`, or choose another "
                          "--out")
     options = slurm.options(list(sbatch))
+    once = [f"--{k}" + ("" if v is None else f"={v}") for k, v in options.items()
+            if k in slurm.ONCE]
+    options = {k: v for k, v in options.items() if k not in slurm.ONCE}
     with tempfile.TemporaryDirectory() as tmp:  # a bad export fails here, before any job
         students = [s.student_id for s in collect(Path(submissions), assignment, Path(tmp))]
     if tasks > len(students):
@@ -250,7 +253,7 @@ def start(assignment: str, submissions: Path, out: Path, tasks: int, course: Pat
                   costs.GRADER_MB + 1024, costs.merge_minutes(len(students)))
     log(f"{assignment}: {len(students)} student(s) in {tasks} task(s) of {workers} worker(s), "
         f"the largest {largest}; each task asks for {request.describe()}")
-    submit(run, list(range(1, tasks + 1)), log=log)
+    submit(run, list(range(1, tasks + 1)), once, log=log)
     return run
 
 
@@ -268,7 +271,8 @@ def submit(run: Run, indices: list[int], extra: list[str] = (), log=print) -> No
                                       *extra)
         run.save()
     after = [f"--dependency=afterany:{entry['array']}"] if indices else []
-    entry["merge"] = slurm.submit(folder / "merge.sbatch", *after)
+    once = [t for t in extra if t[2:].partition("=")[0] in slurm.ONCE]  # --hold: both jobs
+    entry["merge"] = slurm.submit(folder / "merge.sbatch", *after, *once)
     run.save()
     jobs = ",".join(j for j in (entry["array"], entry["merge"]) if j)
     log(f"submitted: grading array {entry['array']} (tasks {entry['tasks'] or 'none'}), "

@@ -22,6 +22,10 @@ ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY
 OWNED = ("array", "dependency", "output", "error", "open-mode", "chdir", "parsable", "wrap")
 """sbatch options the grader sets itself: an instructor's value would break the run."""
 
+ONCE = ("hold", "begin")
+"""sbatch options of one submission, not of the run: given to the jobs submitted then, never
+written into the scripts (a resubmission by --resume, or by hand, must not be held again)."""
+
 
 @dataclass(frozen=True)
 class Job:
