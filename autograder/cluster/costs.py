@@ -2,7 +2,7 @@
 
 The per-submission figures are provisional, not measurements: ``benchmarks/grading_cost.py``
 measures a run's fixed cost (6-9 CPU-s, 435-690 MB) and per-submission wall time (0-1.3 s), but
-its per-submission CPU is a lower bound (see the README's "A course of 10,000"); the similarity
+not yet its per-submission CPU (see the README's "A course of 10,000"); the similarity
 report's figures are ``benchmarks/similarity_scale.py``'s kind of estimate, not yet measured at
 scale. ``--sbatch=--time=... --mem=...`` overrides what is derived here.
 
