@@ -293,7 +293,31 @@ def _sphinx(src: Path, output: Path) -> tuple[Path, list[str]]:
         raise RuntimeError(f"jupyter-book could not build the book (exit {done.returncode}):\n"
                            f"{tail}")
     warnings = [line for line in log.splitlines() if "WARNING" in line]
+    for page in html.rglob("*.html"):
+        _each_inline_script_once(page)
     return html, warnings
+
+
+_INLINE_SCRIPT = re.compile(r"[ \t]*<script>[^<]*</script>\n")
+
+
+def _each_inline_script_once(page: Path) -> None:
+    """Jupyter Book 1 writes two extensions' inline scripts twice in every page's head
+    (sphinx-thebe's ``const THEBE_JS_URL = ...``, sphinx-togglebutton's settings), after the
+    templates ran; a second ``const`` of one name is a script error. The repeats go."""
+    seen: set[str] = set()
+
+    def once(match: re.Match) -> str:
+        script = match.group(0).strip()
+        if script in seen:
+            return ""
+        seen.add(script)
+        return match.group(0)
+
+    text = page.read_text()
+    kept = _INLINE_SCRIPT.sub(once, text)
+    if kept != text:
+        page.write_text(kept)
 
 
 def _check_out(out: Path, root: Path, course: Path) -> None:

@@ -3,8 +3,6 @@
 - every figure of a lecture gets its title as alt text: ``python -m seqlab.course`` stores it in
   the output's metadata (``seqlab.alt_text``), and MyST-NB names each picture it writes after the
   SHA-256 of its bytes, which is how a picture is matched with its output here;
-- each script once on a page: Jupyter Book sets sphinx-thebe up so that its inline script
-  (``const THEBE_JS_URL = ...``) is added twice, and a second ``const`` is a script error;
 - MathJax comes from the build, not a CDN: the files ``mathjax_path`` needs are copied from the
   ``django-static-mathjax`` package (MathJax 3, no Django needed) into ``_static/mathjax``.
 """
@@ -61,17 +59,6 @@ def _add_alt_texts(app, doctree) -> None:
             image["alt"] = alt
 
 
-def _each_script_once(app, pagename, templatename, context, doctree) -> None:
-    scripts, seen = [], set()
-    for script in context.get("script_files", []):
-        key = (getattr(script, "filename", script),
-               sorted((getattr(script, "attributes", None) or {}).items()))
-        if repr(key) not in seen:
-            seen.add(repr(key))
-            scripts.append(script)
-    context["script_files"] = scripts
-
-
 def _copy_mathjax(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -89,6 +76,5 @@ def setup(app):
     mathjax_folder()  # fail at the start, with the fix, when MathJax is missing
     app.connect("builder-inited", _read_alt_texts)
     app.connect("doctree-read", _add_alt_texts)
-    app.connect("html-page-context", _each_script_once)
     app.connect("build-finished", _copy_mathjax)
     return {"parallel_read_safe": False, "parallel_write_safe": True}

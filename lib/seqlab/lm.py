@@ -76,7 +76,7 @@ class NGramLM:
     ``smoothing``:
 
     - ``"mle"``: c(h, w) / c(h). An unseen history h gets 0.0 for every word (no distribution).
-    - ``"add-k"``: (c(h, w) + k) / (c(h) + k |V|); ``k=1`` is Laplace, ``k=0`` is MLE.
+    - ``"add-k"``: ``(c(h, w) + k) / (c(h) + k * |V|)``; ``k=1`` is Laplace, ``k=0`` is MLE.
     - ``"interpolated"``: Jelinek-Mercer, P_i = lam_i P_ML,i + (1 - lam_i) P_{i-1}, down to a
       uniform distribution; an unseen history passes all its weight to the lower order.
       ``lambdas`` gives lam for orders n, n-1, ..., 1 (default 0.7 each, 0.99 for unigrams).

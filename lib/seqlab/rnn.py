@@ -170,7 +170,7 @@ def global_norm(grads: dict) -> float:
 
 def clip_grad_norm(grads: dict, max_norm: float) -> float:
     """Scale all gradients in place so their global norm is at most ``max_norm``; return the
-    norm before clipping. Same rule as torch.nn.utils.clip_grad_norm_ (including its 1e-6)."""
+    norm before clipping. Same rule as ``torch.nn.utils.clip_grad_norm_`` (including its 1e-6)."""
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm!r}")
     norm = global_norm(grads)
