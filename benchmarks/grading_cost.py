@@ -1,18 +1,18 @@
 """What grading one submission costs, per assignment: CPU-seconds and peak memory, for sizing a
-cluster run (``autograder/cluster/costs.py`` holds the numbers this prints).
+cluster run (``autograder/cluster/costs.py`` holds provisional figures until this measures them).
 
 For each assignment, ``python -m autograder grade`` grades 1 and then K copies of the master
 solution with one worker, in a process of its own (with generous time limits: a busy machine
-must not turn a solution into a timeout; CPU time is what is measured). CPU is the whole
-process tree's, from the rusage of reaped descendants (each sandbox puts its processes in
-cgroups of its own, so no cgroup made here would see them; and a killed sandbox's processes
-are missed: the per-submission CPU reads near zero, not yet a measurement); the difference
-between the two runs, over K - 1, is one submission's, and the rest is the run's fixed cost (imports, ``generate_assignment``, the worker and its
-template, the similarity report of a class of one or K). Memory is sampled every 0.1 s, as a
-node's accounting does (proportional set size, so pages the workers share count once): the
-peak of the whole tree, and the peak of one submission's runner (the process that runs the
-student's code). A second worker is measured on assignment 01 alone: what each worker adds
-beside its submission's runner.
+must not turn a solution into a timeout; CPU time is what is measured). CPU is the whole process
+tree's, from the rusage of reaped descendants (each sandbox puts its processes in cgroups of its
+own, so no cgroup made here would see them; and a killed sandbox's processes are missed: the
+per-submission CPU reads near zero, not yet a measurement); the difference between the two runs,
+over K - 1, is one submission's, and the rest is the run's fixed cost (imports,
+``generate_assignment``, the worker and its template, the similarity report of a class of one or
+K). Memory is sampled every 0.1 s, as a node's accounting does (proportional set size, so pages
+the workers share count once): the peak of the whole tree, and the peak of one submission's
+runner (the process that runs the student's code). A second worker is measured on assignment 01
+alone: what each worker adds beside its submission's runner.
 
     python benchmarks/grading_cost.py [--copies K] [ASSIGNMENT ...]
 """
