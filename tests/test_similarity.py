@@ -254,3 +254,20 @@ def test_the_report_is_the_same_in_every_process():
                            check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
             for seed in ("1", "2")]
     assert runs[0] == runs[1] and json.loads(runs[0])
+
+
+def test_the_librarys_canonical_forms_are_kept_between_runs_as_data(tmp_path, monkeypatch):
+    """Read back, a kept form is the one computed; a damaged or foreign file in the cache is
+    computed around (and replaced), never trusted."""
+    from autograder.scoring import canonical
+    from autograder.scoring.similarity import cache_folder, library_form, library_sources
+
+    monkeypatch.setenv("SEQLAB_GRADER_CACHE", str(tmp_path / "cache"))
+    code = library_sources()["seqlab.attention"]
+    computed = library_form(code)
+    kept = list(cache_folder().glob("canonical-*.json"))
+    assert len(kept) == 1 and computed == canonical.canonical(code, limit=None)
+    assert library_form(code) == computed
+    for damage in ("{not json", '{"text": 1}', '{"blocks": [{"name": [1]}]}'):
+        kept[0].write_text(damage)
+        assert library_form(code) == computed

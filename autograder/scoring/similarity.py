@@ -28,6 +28,7 @@ every library function, false positives on honest answers; in the README) and ch
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import importlib.util
 import io
@@ -119,8 +120,47 @@ def _answer(code: str, given: Given, context: canonical.Context, noise: int) -> 
 def _module(code: str, noise: int) -> _Code:
     """A library module, compared as a whole (k-grams) and function by function with the
     functions each calls (statements): the same modules in every comparison of a run."""
-    form = canonical.canonical(code, limit=None)
+    form = library_form(code)
     return _Code(form, _fingerprint(form.text, noise=noise), canonical.units(form))
+
+
+def cache_folder() -> Path:
+    """Where the grader keeps the library's canonical forms between runs: its own cache
+    (``SEQLAB_GRADER_CACHE``, else ``$XDG_CACHE_HOME`` or ``~/.cache``), never a sandbox's."""
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(os.environ.get("SEQLAB_GRADER_CACHE") or Path(home) / "seqlab-grader")
+
+
+def library_form(code: str) -> canonical.Form:
+    """The canonical form of a library module, kept as JSON between runs: it depends only on
+    the module's code and on ``canonical.py``, and putting the library's modules in canonical
+    form again cost every grading run about half a CPU-second. A cache that cannot be read or
+    written is computed around; what it holds is data, checked as it is read."""
+    version = Path(canonical.__file__).read_bytes()
+    key = hashlib.sha256(version + b"\0" + code.encode()).hexdigest()
+    path = cache_folder() / f"canonical-{key}.json"
+    try:
+        data = json.loads(path.read_text())
+        blocks = [canonical.Block(str(b["name"]), Counter({str(f): int(n) for f, n in
+                                                           b["forms"]}),
+                                  {str(c) for c in b["calls"]}) for b in data["blocks"]]
+        return canonical.Form(str(data["text"]), blocks,
+                              {str(f): int(n) for f, n in data["weight"]}, bool(data["parsed"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    form = canonical.canonical(code, limit=None)
+    data = {"text": form.text, "parsed": form.parsed, "weight": sorted(form.weight.items()),
+            "blocks": [{"name": b.name, "forms": sorted(b.forms.items()),
+                        "calls": sorted(b.calls)} for b in form.blocks]}
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".canonical-", suffix=".json")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return form
 
 
 def release_code(release: dict) -> list[str]:
