@@ -90,8 +90,8 @@ def beside_spinners(tmp_path_factory):
         rows, out = _grade(tmp_path_factory, BESIDE_SPINNERS)
         busy = [process_seconds(s.pid) for s in spinners]
         wall, cpu = time.perf_counter(), time.process_time()
-        while time.process_time() < cpu + 0.2:
-            pass
+        while time.process_time() < cpu + 1:  # long enough that the scheduler's favour
+            pass                                # to a process that just woke evens out
         stretch = (time.perf_counter() - wall) / (time.process_time() - cpu)
     finally:
         for spinner in spinners:
@@ -119,10 +119,11 @@ def test_each_answer_gets_exactly_its_points(class_02, student):
 @pytest.mark.parametrize("student", BESIDE_SPINNERS)
 def test_busy_neighbours_change_no_points(beside_spinners, student):
     """The spinners stretch an honest answer's wall time (the fixture's busy loop took longer
-    than its CPU time by at least half again); its CPU time, which the cell counts, stays."""
+    than its CPU time by a quarter at least; its fair share beside them is half a core); its
+    CPU time, which the cell counts, stays."""
     rows, out, busy, stretch = beside_spinners
     _check(rows, out, student)
-    assert min(busy) > 1 and stretch > 1.5, (busy, stretch)  # the neighbours took their share
+    assert min(busy) > 1 and stretch > 1.25, (busy, stretch)  # the neighbours took their share
 
 
 def test_the_cost_cell_reports_every_honest_cost_under_the_limit(class_02):
