@@ -38,11 +38,10 @@ from ..course import COURSE, assignments
 from .publish import (
     HOW_ASSIGNMENTS_WORK,
     ROOT,
-    EditionLeak,
-    edition_leaks,
     how_to_run,
     is_built_book,
     place,
+    refuse_leaks,
 )
 from .release import release
 
@@ -349,11 +348,7 @@ def build_book(executed: Path, out: Path, course: Path = COURSE, root: Path = RO
         _stage(stage / "src", executed, Path(course), Path(root), repo, branch)
         log("book: jupyter-book build (about a minute)")
         html, warnings = _sphinx(stage / "src", stage / "out")
-        found = edition_leaks(html, Path(course), Path(root))
-        if found:
-            where, line, what = found[0]
-            raise EditionLeak(f"the book would contain {len(found)} secret line(s): {where} "
-                              f"holds {line!r}, {what}; nothing was written")
+        refuse_leaks(html, Path(course), Path(root), "the book")
         place(html, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -135,6 +135,16 @@ def course_secrets(course: Path = COURSE, root: Path = ROOT) -> dict[str, list[s
     return secrets
 
 
+def refuse_leaks(folder: Path, course: Path, root: Path, what: str) -> None:
+    """``EditionLeak`` naming the first secret line ``folder`` holds (see ``edition_leaks``);
+    ``what`` names the folder for the message ("the student edition", "the book")."""
+    found = edition_leaks(folder, course, root)
+    if found:
+        where, line, why = found[0]
+        raise EditionLeak(f"{what} would contain {len(found)} secret line(s): {where} holds "
+                          f"{line!r}, {why}; nothing was written")
+
+
 def edition_leaks(folder: Path, course: Path = COURSE, root: Path = ROOT
                   ) -> list[tuple[str, str, str]]:
     """(file, line, what it is) for every secret line or region marker found in ``folder``."""
@@ -568,11 +578,7 @@ def publish(out: Path, repo: str | None = None, branch: str | None = None,
             raise EditionLeak(f"the student edition would contain {len(stray)} file(s) that do "
                               f"not belong in it, e.g. {stray[0]}; nothing was written")
         log("  scanning every file for solution or hidden-test lines")
-        found = edition_leaks(build, course, root)
-        if found:
-            where, line, what = found[0]
-            raise EditionLeak(f"the student edition would contain {len(found)} secret line(s): "
-                              f"{where} holds {line!r}, {what}; nothing was written")
+        refuse_leaks(build, course, root, "the student edition")
         place(build, out)
     finally:
         if build.exists():

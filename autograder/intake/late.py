@@ -70,13 +70,19 @@ def load_extensions(path: Path | None) -> dict[tuple[str, str], datetime]:
     assignment (empty or missing: every assignment)."""
     if path is None or not Path(path).exists():
         return {}
+    rows = _rows(path, "extensions", ("student_id", "due"), " (and optionally assignment)")
+    return {(safe_id(row["student_id"]), (row.get("assignment") or "").strip() or ALL):
+            _utc(row["due"], f"{path} ({row['student_id']})") for row in rows}
+
+
+def _rows(path: Path, what: str, columns: tuple[str, ...], optional: str = "") -> list[dict]:
+    """The rows of the CSV ``path``; ValueError naming the columns it needs where it lacks one."""
     with open(path, newline="") as handle:
         reader = csv.DictReader(handle)
-        if not reader.fieldnames or not {"student_id", "due"} <= set(reader.fieldnames):
-            raise ValueError(f"extensions file {path} needs the columns student_id, due (and "
-                             f"optionally assignment); it has {reader.fieldnames}")
-        return {(safe_id(row["student_id"]), (row.get("assignment") or "").strip() or ALL):
-                _utc(row["due"], f"{path} ({row['student_id']})") for row in reader}
+        if not reader.fieldnames or not set(columns) <= set(reader.fieldnames):
+            raise ValueError(f"{what} file {path} needs the columns {', '.join(columns)}"
+                             f"{optional}; it has {reader.fieldnames}")
+        return list(reader)
 
 
 def load_policy(path: Path | None, extensions: Path | None = None) -> LatePolicy:
@@ -106,10 +112,5 @@ def load_timestamps(path: Path | None) -> dict[str, datetime]:
     """student_id -> submission time from an LMS CSV with columns student_id, timestamp."""
     if path is None:
         return {}
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or not {"student_id", "timestamp"} <= set(reader.fieldnames):
-            raise ValueError(f"timestamps file {path} needs the columns student_id, timestamp; "
-                             f"it has {reader.fieldnames}")
-        return {safe_id(row["student_id"]): _utc(row["timestamp"], f"{path} ({row['student_id']})")
-                for row in reader}
+    return {safe_id(row["student_id"]): _utc(row["timestamp"], f"{path} ({row['student_id']})")
+            for row in _rows(path, "timestamps", ("student_id", "timestamp"))}
