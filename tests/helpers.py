@@ -1,6 +1,7 @@
 """Test helpers: a scripted HTTP server for download tests (good, missing, truncated and slow
-files), a fresh virtual environment like a Colab runtime, and headless Chromium for the tests
-that look at pages as a person does."""
+files), a fresh virtual environment like a Colab runtime, headless Chromium for the tests
+that look at pages as a person does, and the solution a student submits without a written
+answer."""
 
 import os
 import subprocess
@@ -157,3 +158,21 @@ def screenshot_folder(name: str, tmp_path_factory) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
+
+
+def coded_solution(assignment: str, course: Path | None = None) -> dict:
+    """An assignment's source solution as JSON with its written answers as the release leaves
+    them: a student who wrote every answer of code and no written answer. It earns every
+    autograded point and its grade is final (a blank written answer scores 0 with no grader's
+    hand), which is what a test of autograding needs."""
+    import json
+
+    from autograder.course import COURSE, source_notebook
+    from autograder.intake.normalize import TEXT_STUB
+
+    nb = json.loads(source_notebook(assignment, course or COURSE).read_text())
+    for cell in nb["cells"]:
+        info = cell["metadata"].get("nbgrader", {})
+        if cell["cell_type"] == "markdown" and info.get("grade") and info.get("solution"):
+            cell["source"] = TEXT_STUB
+    return nb

@@ -15,15 +15,16 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import coded_solution
 from test_hostile import cell_of
 
 from autograder.checks import NO_FUSED_ATTENTION, own_work
-from autograder.course import source_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 
 A = "04_attention"
-FULL = 11.0
+FULL = 11.0  # every autograded point; the written question's 2 are left blank
+MAX = 13.0
 LIMITS = Limits(timeout_cell=20, timeout_notebook=150, memory_mb=2048, max_procs=64)
 
 WEIGHTS = '''import gc
@@ -141,8 +142,9 @@ CHEATS = {  # student -> (sdpa answer, what the failed tests' messages must say)
 
 
 def submission(sdpa: str | None = None) -> dict:
-    """The master solution as JSON, its ``sdpa`` answer replaced when given."""
-    nb = json.loads(source_notebook(A).read_text())
+    """The master solution as JSON (its written answer blank), its ``sdpa`` answer replaced
+    when given."""
+    nb = coded_solution(A)
     if sdpa is not None:
         cell_of(nb, "sdpa")["source"] = sdpa
     return nb
@@ -178,7 +180,7 @@ def test_each_cheat_loses_exactly_the_attention_tests(graded, student):
     the cheat as the hidden ones (3) do; every other answer keeps its points."""
     rows, out = graded
     row = rows[student]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", FULL - 4, FULL), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", FULL - 4, MAX), row
     failed = [t for t in feedback(out, student) if not t["passed"]]
     assert [t["test"] for t in failed] == ["test_sdpa_visible", "test_sdpa_random"], failed
     for test in failed:

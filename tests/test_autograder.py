@@ -6,6 +6,7 @@ import zipfile
 
 import nbformat
 import pytest
+from helpers import coded_solution
 
 from autograder.authoring.release import ReleaseLeak, leaks, release
 from autograder.authoring.selftest import selftest
@@ -53,7 +54,7 @@ def test_late_penalty_uses_the_lms_time_not_the_students(tmp_path):
     policy_file.write_text(f'[due]\n"{A}" = "2026-11-01T12:00:00Z"\n\n'
                            "[penalty]\nper_day = 0.25\nmax_days = 2\n")
     policy = load_policy(policy_file)
-    nb = json.loads(source_notebook(A).read_text())
+    nb = coded_solution(A)
     nb["metadata"]["submitted"] = "2026-10-01T00:00:00Z"  # written by the student: ignored
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -64,7 +65,8 @@ def test_late_penalty_uses_the_lms_time_not_the_students(tmp_path):
     rows = {r["name"]: r for r in grade(A, archive, tmp_path / "out", policy=policy,
                                         log=lambda *a: None)}
     assert rows["ontime"]["score"] == 18 and rows["ontime"]["message"] == ""
-    assert rows["late"]["score"] == 18 - 4.5 and "after the deadline" in rows["late"]["message"]
+    assert rows["late"]["score"] == 18 - 0.25 * 21  # a share of the maximum, written part too
+    assert "after the deadline" in rows["late"]["message"]
     assert rows["verylate"]["score"] == 0
     stamps = tmp_path / "lms.csv"
     stamps.write_text("student_id,timestamp\n2,2026-11-01T11:59:00+00:00\n")
@@ -97,7 +99,7 @@ def test_selftest_passes(assignment):
 
 def test_autograd_instead_of_hand_gradients_earns_nothing(tmp_path):
     """Assignment 02 withholds torch from the sandbox, so this cannot be switched off."""
-    nb = nbformat.read(source_notebook("02_rnn_backprop"), as_version=4)
+    nb = nbformat.from_dict(coded_solution("02_rnn_backprop"))
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "softmax_ce":
             cell.source = (
@@ -129,7 +131,7 @@ def test_a_grader_failure_on_one_student_costs_only_that_row(tmp_path, monkeypat
     monkeypatch.setattr(gradebook, "record_many", flaky)
     for student in ("alice", "bob", "carol"):
         (tmp_path / "subs" / student).mkdir(parents=True)
-        shutil.copy(source_notebook(A), tmp_path / "subs" / student / "hw.ipynb")
+        (tmp_path / "subs" / student / "hw.ipynb").write_text(json.dumps(coded_solution(A)))
     rows = {r["student_id"]: r for r in grade(A, tmp_path / "subs", tmp_path / "out",
                                               log=lambda *a: None)}
     assert rows["alice"]["score"] == rows["carol"]["score"] == 18
@@ -149,7 +151,7 @@ def test_grading_twice_in_one_process_with_other_limits(tmp_path):
     B = "04_attention"
     subs = tmp_path / "subs" / "s1"
     subs.mkdir(parents=True)
-    (subs / f"{B}.ipynb").write_text(source_notebook(B).read_text())
+    (subs / f"{B}.ipynb").write_text(json.dumps(coded_solution(B)))
     for run, memory_mb in enumerate((1024, 3072)):
         rows = grade(B, subs.parent, tmp_path / f"out{run}", log=lambda *a: None,
                      limits=Limits(timeout_cell=30, timeout_notebook=150, memory_mb=memory_mb))

@@ -15,9 +15,10 @@ import zipfile
 from datetime import UTC, datetime
 
 import pytest
+from helpers import coded_solution
 
 from autograder.authoring.release import release
-from autograder.course import COURSE, source_notebook
+from autograder.course import COURSE
 from autograder.intake.late import LatePolicy
 from autograder.intake.submissions import collect
 from autograder.isolation.kinds import BUBBLEWRAP, UID, Isolation, uid_problem
@@ -26,7 +27,8 @@ from autograder.scoring.grade import grade, read_grades
 from autograder.scoring.merge import merge, ungraded
 
 A = "01_language_models"
-FULL = 18.0
+FULL = 18.0  # every autograded point; the written question's 3 are left blank (coded_solution)
+MAX = 21.0
 DUE = datetime(2026, 11, 1, 23, 59, tzinfo=UTC)
 ON_TIME, LATER, LATE = (2026, 11, 1, 10, 0, 0), (2026, 11, 1, 12, 0, 0), (2026, 11, 3, 9, 0, 0)
 LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
@@ -45,7 +47,7 @@ if os.geteuid() == 0 and not uid_problem():
 
 
 def solution() -> dict:
-    return json.loads(source_notebook(A).read_text())
+    return coded_solution(A)
 
 
 def gid(cell: dict) -> str:
@@ -352,7 +354,7 @@ def export(tmp_path_factory):
         "321": (0.0, "ungradable", "leebob", "a PDF was submitted"),
         "654": (FULL, "graded", "kimann", "saved under another name"),
         "987": (FULL, "graded", "parkcho", "inside the zip hw.zip"),
-        "222": (FULL - 0.2 * FULL, "graded", "latefox", "after the deadline"),
+        "222": (FULL - 0.2 * MAX, "graded", "latefox", "after the deadline"),
         **{name.split("_")[1]: (FULL, "graded", name.split("_")[0], "")
            for name, _, _ in saves},
     }

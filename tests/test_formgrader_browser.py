@@ -18,7 +18,13 @@ import zipfile
 import pytest
 from helpers import chromium, screenshot_folder
 from lms_formats import canvas_import
-from test_written_answers import A, _answer, _grade, course  # noqa: F401  (course: a fixture)
+from test_written_answers import (
+    QUESTION,
+    A,
+    _answer,
+    _grade,
+    course,  # noqa: F401  (a fixture)
+)
 
 from autograder.course import source_notebook
 from autograder.isolation.sandbox import sandbox_problem
@@ -140,10 +146,10 @@ def test_a_ta_grades_a_written_answer_in_formgrader(graded, lab, browser, tmp_pa
 
         students.filter(has_text="lovelaceada").get_by_role("link", name="lovelaceada").click()
         page.locator("#main-table").get_by_role("link", name=A).click()  # the notebook
-        cell = page.locator(".nbgrader_cell", has=page.locator("#explain_unigram"))
-        score, comment = cell.locator("#explain_unigram"), cell.locator("#explain_unigram-comment")
+        cell = page.locator(".nbgrader_cell", has=page.locator(f"#{QUESTION}"))
+        score, comment = cell.locator(f"#{QUESTION}"), cell.locator(f"#{QUESTION}-comment")
         # loaded once formgrader's scripts set the placeholders (typing earlier is lost)
-        expect(cell.locator("#explain_unigram_extra_credit")).to_have_attribute(
+        expect(cell.locator(f"#{QUESTION}_extra_credit")).to_have_attribute(
             "placeholder", "0", timeout=WAIT)
         expect(comment).to_have_attribute("placeholder", "Type any comments here (supports "
                                           "Markdown and MathJax)", timeout=WAIT)
@@ -182,15 +188,15 @@ def test_a_ta_grades_a_written_answer_in_formgrader(graded, lab, browser, tmp_pa
     feedback = json.loads((out / "feedback" / "101" / "feedback.json").read_text())
     assert [(m["points"], m["comment"]) for m in feedback["manual"]] == [(SCORE, COMMENT)]
     html = (out / "feedback" / "101" / "feedback.html").read_text()
-    assert f"{SCORE} / 2" in html and "say what you measured" in html
+    assert f"{SCORE} / 3" in html and "say what you measured" in html
 
     lms = tmp_path / "lms"
     export([out], "plain", lms, log=lambda *a: None)
     export([out], "canvas", lms, log=lambda *a: None)
     plain = {r["student_id"]: r for r in read_grades(lms / "grades_plain.csv")}["101"]
     assert float(plain["score"]) == auto + SCORE
-    assert f"explain_unigram: {SCORE} / 2: {COMMENT}" in plain["feedback"]
+    assert f"{QUESTION}: {SCORE} / 3: {COMMENT}" in plain["feedback"]
     assert canvas_import(lms / "canvas_grades.csv")["grades"]["101"] == {A: f"{auto + SCORE:g}"}
     with zipfile.ZipFile(lms / f"canvas_feedback_{A}.zip") as bundle:
         sent = bundle.read("lovelaceada_101_2001_feedback.html").decode()
-    assert f"{SCORE} / 2" in sent and "say what you measured" in sent
+    assert f"{SCORE} / 3" in sent and "say what you measured" in sent

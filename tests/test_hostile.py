@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from helpers import coded_solution
 
 from autograder.course import COURSE, source_notebook
 from autograder.intake.late import LatePolicy
@@ -29,7 +30,8 @@ from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 
 A = "01_language_models"
-FULL = 18.0
+FULL = 18.0  # every autograded point (the solution's code, its written answer left blank)
+MAX = 21.0   # with the 3 points of the written question
 DUE = datetime(2026, 11, 1, 23, 59, tzinfo=UTC)
 LIMITS = Limits(timeout_cell=6, timeout_notebook=60, memory_mb=1536, max_procs=64)
 
@@ -49,8 +51,9 @@ def course(private_course):
 
 
 def solution(**answers) -> dict:
-    """The master solution as JSON, with answer cells (by grade_id) replaced."""
-    nb = json.loads(source_notebook(A).read_text())
+    """The master solution as JSON, written answer blank (``coded_solution``), with answer
+    cells (by grade_id) replaced."""
+    nb = coded_solution(A)
     for cell in nb["cells"]:
         gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
         if gid in answers:
@@ -241,7 +244,7 @@ def cases(out, port, course=COURSE) -> dict:
         "stripped_metadata": (stripped_metadata(), (FULL, "graded", "")),
         "foreign_format": (foreign_format(), (FULL, "graded", "")),
         "duplicated_answer": (duplicated_answer(), (FULL, "graded", "")),
-        "late": (solution(), (FULL - 3.6, "graded", "after the deadline")),
+        "late": (solution(), (FULL - 0.2 * MAX, "graded", "after the deadline")),
         "invalid_json": ("{ this is not json", (0, "ungradable", "not valid JSON")),
         "empty_file": ("", (0, "ungradable", "the file is empty")),
         "no_notebook": (None, (0, "ungradable", "no notebook")),
@@ -280,7 +283,7 @@ def expect_row(table, rows, student):
     assert row["status"] == status, (student, row)
     if score is not None:
         assert row["score"] == pytest.approx(score), (student, row)
-    assert row["max_score"] == FULL
+    assert row["max_score"] == MAX
     assert message in row["message"], (student, row)
 
 
@@ -376,8 +379,8 @@ def test_nbgrader_export_agrees_with_grades_csv(hostile):
     for student, row in rows.items():
         assert float(exported[student]["score"]) == pytest.approx(row["score"]), student
         if row["status"] != "ungradable":  # no submission in the gradebook: nbgrader says 0
-            assert float(exported[student]["max_score"]) == FULL
-    assert float(exported["late"]["late_submission_penalty"]) == pytest.approx(3.6)
+            assert float(exported[student]["max_score"]) == MAX
+    assert float(exported["late"]["late_submission_penalty"]) == pytest.approx(0.2 * MAX)
 
 
 @same_under_every_isolation
@@ -430,7 +433,7 @@ def test_nbgrader_feedback_works_on_the_gradebook_and_hides_hidden_tests(hostile
     _, out, _, _, _ = hostile
     nbgrader(out, "generate_feedback", A, "--student", "partly", "--force")
     page = (out / "course" / "feedback" / "partly" / A / f"{A}.html").read_text()
-    assert "Score: 15.0 / 18.0" in page
+    assert "Score: 15.0 / 21.0" in page
     assert "_oracle_counts" not in page and "HIDDEN TESTS" not in page
 
 
@@ -466,7 +469,7 @@ def test_formgrader_shows_our_grades_and_takes_manual_ones(hostile, tmp_path):
                 time.sleep(0.5)
         listed = {n["student"]: n for n in call(f"/formgrader/api/submitted_notebooks/{A}/{A}")}
         assert {s: n["score"] for s, n in listed.items()} == {
-            s: r["score"] + (3.6 if s == "late" else 0)  # formgrader shows the raw score
+            s: r["score"] + (0.2 * MAX if s == "late" else 0)  # formgrader shows the raw score
             for s, r in rows.items() if r["status"] != "ungradable"}
         assert listed["partly"]["failed_tests"] and not listed["correct"]["failed_tests"]
         page = call(f"/formgrader/submissions/{listed['partly']['id']}/")

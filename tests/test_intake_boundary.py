@@ -12,6 +12,7 @@ import json
 import zipfile
 
 import pytest
+from helpers import coded_solution
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ from autograder.intake.submissions import collect, fit_name
 from autograder.isolation.sandbox import Limits, sandbox_problem
 
 A = "01_language_models"
-SOLUTION = source_notebook(A).read_bytes()
+SOLUTION = json.dumps(coded_solution(A), indent=1).encode()  # graded, nothing left by hand
 MASTER = read_notebook(source_notebook(A))
 HONEST = {  # Canvas flat files: user ids 101 and 102
     "smithjohn_101_9001_01_language_models.ipynb": SOLUTION,

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from autograder.course import assignments, source_notebook
-from autograder.intake.normalize import Step, master_step, plan, read_notebook
+from autograder.intake.normalize import TEXT_STUB, Step, master_step, plan, read_notebook
 from autograder.isolation.sandbox import Limits, sandbox_problem
 from autograder.scoring.grade import grade
 
@@ -99,6 +99,8 @@ def expected(master: dict, student: dict) -> list[tuple]:
         step = masters.get(gid(cell))
         if step is None or step.kind == "missing":
             out.append((cell["cell_type"], cell["source"], gid(cell)))
+        elif step.kind == "written":  # the student's words, in the master's place
+            out.append(("written", cell["source"], step.grade_id))
         else:
             out.append((step.kind, step.source, step.grade_id))
     return out
@@ -288,9 +290,9 @@ def test_random_edits_keep_every_promise(assignment):
                 step = by_id.get(gid(c))
                 if step is None or step.kind == "missing":
                     want.append(c["source"])
-                elif step.grade_id not in seen:
+                elif step.grade_id not in seen:  # a written answer: the student's words
                     seen.add(step.grade_id)
-                    want.append(step.source)
+                    want.append(c["source"] if step.kind == "written" else step.source)
             assert [s.source for s in steps] == want
 
 
@@ -307,6 +309,16 @@ FORGED = ("import math, torch\nfrom collections import Counter\n"
 REDEFINES = ("import math, builtins\nimport autograder.checks as c\n"
              "math.isclose = lambda *a, **k: True\nc.expect_float = lambda *a, **k: None\n"
              "expect_float = lambda *a, **k: None\n")
+
+
+def coded(master: dict) -> dict:
+    """The master as a student submits it who wrote every answer of code and left the written
+    question blank: all its autograded points, nothing for a grader's hand."""
+    nb = copy(master)
+    for cell in nb["cells"]:
+        if master_step(cell).kind == "written":
+            cell["source"] = TEXT_STUB
+    return nb
 
 
 def answered(nb: dict, **answers) -> dict:
@@ -366,7 +378,7 @@ def failed(tests: list[dict]) -> list[str]:
 
 @needs_sandbox
 def test_graded_in_the_students_order(tmp_path):
-    master = master_of(A)
+    master = coded(master_of(A))
     students = {
         "colab_device": (device_cell(master, "ffn_forward"), FULL, []),
         "added_everywhere": (added_everywhere(master), FULL, []),
@@ -384,8 +396,11 @@ def test_graded_in_the_students_order(tmp_path):
         assert (rows[student]["status"], rows[student]["score"]) == ("graded", score), \
             (student, rows[student])
         assert failed(tests[student]) == lost, (student, rows[student])
-    for student in ("colab_device", "added_everywhere", "imports_at_the_end"):
+    for student in ("colab_device", "added_everywhere"):
         assert rows[student]["message"] == "", (student, rows[student])
+    # answers call the imports only when tested; the measurement, at the top level, needs them
+    assert rows["imports_at_the_end"]["message"] == ("cell 13 (measure_perplexity) raised "
+                                                     "NameError: name 'random' is not defined.")
     above = next(t for t in tests["test_above_answer"] if t["test"] == "test_perplexity")
     assert "NameError" in above["message"], above
 
@@ -393,7 +408,7 @@ def test_graded_in_the_students_order(tmp_path):
 @needs_sandbox
 @pytest.mark.parametrize("assignment", ["02_rnn_backprop", "03_seq2seq", "06_decoding"])
 def test_added_cells_grade_at_full_marks(assignment, tmp_path):
-    master = master_of(assignment)
+    master = coded(master_of(assignment))
     full = sum(s.points for s in map(master_step, master["cells"]) if s.kind == "test")
     students = {"added_everywhere": added_everywhere(master)}
     if assignment == "03_seq2seq":

@@ -223,7 +223,9 @@ RUNNER = textwrap.dedent('''
             source = "\\n".join(re.sub(r"^(\\s*)[%!].*", r"\\1pass", line)
                                for line in source.splitlines())
             info = cell["metadata"].get("nbgrader", {})
-            kind = "test" if info.get("grade") else "answer" if info.get("solution") else "given"
+            kind = ("test" if info.get("grade") else "measurement" if cell["metadata"].get(
+                "autograder", {}).get("measurement_for") else "answer" if info.get("solution")
+                else "given")
             error = None
             try:
                 exec(compile(source, path, "exec"), ns)
@@ -241,7 +243,9 @@ RUNNER = textwrap.dedent('''
 def test_installed_like_colab_the_visible_tests_fail_only_on_the_stubs(edition, tmp_path):
     """A fresh venv that sees this environment's packages (torch is not downloaded again), the
     edition installed into it as the Colab cell does, then every released assignment run top
-    to bottom outside the repository: only NotImplementedError from the unanswered stubs."""
+    to bottom outside the repository: only NotImplementedError from the unanswered stubs (in
+    the tests that call them, and in the measurement for the written question, once its given
+    part ran)."""
     venv = fresh_venv(tmp_path)
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -262,7 +266,7 @@ def test_installed_like_colab_the_visible_tests_fail_only_on_the_stubs(edition, 
     assert all(Path(f).resolve().is_relative_to(venv.resolve()) for f in report.pop("modules"))
     for path, cells in report.items():
         errors = [(c["id"], c["kind"], *c["error"]) for c in cells if c["error"]]
-        assert all(kind == "test" and ename == "NotImplementedError"
+        assert all(kind in ("test", "measurement") and ename == "NotImplementedError"
                    for _, kind, ename, _ in errors), (path, errors)
         assert errors, f"{path}: no visible test reached a stub"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from grading_faults import job
+from helpers import coded_solution
 
-from autograder.course import source_notebook
 from autograder.isolation.sandbox import sandbox_problem
 from autograder.scoring.grade import grade
 from autograder.scoring.workers import Failure, run_jobs
@@ -49,7 +49,7 @@ needs_sandbox = pytest.mark.skipif(bool(sandbox_problem()), reason="needs bubble
 
 
 def notebook(sleep: float = 0) -> str:
-    nb = json.loads(source_notebook(A).read_text())
+    nb = coded_solution(A)
     if sleep:
         nb["cells"].insert(3, {"cell_type": "code", "metadata": {}, "outputs": [],
                                "execution_count": None,

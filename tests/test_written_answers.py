@@ -20,24 +20,16 @@ pytestmark = pytest.mark.skipif(bool(sandbox_problem()),
 
 A = "01_language_models"
 LIMITS = Limits(timeout_cell=20, timeout_notebook=120, memory_mb=2048, max_procs=64)
-MODEL = "The unigram model ignores context entirely: MODEL-ANSWER-7f3a."
-RUBRIC = [{"criterion": "names what the unigram model ignores", "points": 1},
-          {"criterion": "ties it to the measured perplexity", "points": 1}]
-QUESTION = {"cell_type": "markdown", "source": MODEL, "metadata": {
-    "nbgrader": {"grade": True, "solution": True, "locked": False, "points": 2,
-                 "grade_id": "explain_unigram", "schema_version": 3},
-    "autograder": {"rubric": RUBRIC}}}
+QUESTION = "explain_perplexity"  # assignment 01's written question, 3 points
+MODEL = "The unigram model ignores context: every token is a draw"  # its model answer
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    """The course with a written question added to assignment 01, and its release."""
+    """A copy of the course (a later step changes a hidden test), and 01's release."""
     course = tmp_path_factory.mktemp("written") / "assignments"
     shutil.copytree(COURSE, course, ignore=shutil.ignore_patterns("release", "gradebook.db"))
-    path = source_notebook(A, course)
-    nb = json.loads(path.read_text())
-    nb["cells"].insert(-1, QUESTION)
-    path.write_text(json.dumps(nb, indent=1))
+    assert MODEL in source_notebook(A, course).read_text()
     released = json.loads((release(A, course.parent / "release", course) / f"{A}.ipynb")
                           .read_text())
     return course, released
@@ -47,9 +39,9 @@ def _answer(released: dict, text: str | None, solution: dict) -> dict:
     """The solution's code, with the written question answered ``text`` (None: untouched)."""
     nb = json.loads(json.dumps(solution))
     for cell in nb["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "explain_unigram":
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == QUESTION:
             cell["source"] = next(c["source"] for c in released["cells"] if c["metadata"].get(
-                "nbgrader", {}).get("grade_id") == "explain_unigram") if text is None else text
+                "nbgrader", {}).get("grade_id") == QUESTION) if text is None else text
     return nb
 
 
@@ -68,9 +60,9 @@ def _give(out, student, score, comment):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
-        gb.find_grade("explain_unigram", A, A, student).manual_score = score
-        gb.find_grade("explain_unigram", A, A, student).needs_manual_grade = False
-        gb.find_comment("explain_unigram", A, A, student).manual_comment = comment
+        gb.find_grade(QUESTION, A, A, student).manual_score = score
+        gb.find_grade(QUESTION, A, A, student).needs_manual_grade = False
+        gb.find_comment(QUESTION, A, A, student).manual_comment = comment
         gb.db.commit()
 
 
@@ -84,7 +76,7 @@ def test_the_written_answer_loop(course, tmp_path):
     out = tmp_path / "out"
     rows = _grade(course, subs, out)
     auto = rows["answered"]["auto_score"]
-    assert auto == rows["answered"]["max_score"] - 2
+    assert auto == rows["answered"]["max_score"] - 3
     answered, blank = rows["answered"], rows["blank"]
     assert (answered["status"], answered["score"], answered["needs_manual"]) == \
         ("needs manual grading", "", 1)
@@ -93,10 +85,10 @@ def test_the_written_answer_loop(course, tmp_path):
     # the student's words, escaped, are in the graded copy; the model answer is nowhere
     graded = (out / "course" / "autograded" / "answered" / A / f"{A}.ipynb").read_text()
     assert "It ignores context &lt;script>alert(1)&lt;/script>, so its perplexity" in graded
-    assert "names what the unigram model ignores" in graded  # the rubric, for the grader
+    assert "Explains why the bigram is lower" in graded  # the rubric, for the grader
     for path in [*(out / "course" / "autograded").rglob("*.ipynb"),
                  *(out / "feedback").rglob("*.*")]:
-        assert "MODEL-ANSWER-7f3a" not in path.read_text(), path
+        assert MODEL not in path.read_text(), path
     feedback = json.loads((out / "feedback" / "blank" / "feedback.json").read_text())
     assert feedback["manual"][0]["comment"] == "No response."
 
@@ -110,25 +102,25 @@ def test_the_written_answer_loop(course, tmp_path):
     export([out], "plain", tmp_path / "lms", log=lambda *a: None)
     lms = {r["student_id"]: r for r in read_grades(tmp_path / "lms" / "grades_plain.csv")}
     assert float(lms["answered"]["score"]) == auto + 1.5
-    assert "explain_unigram: 1.5 / 2: Right idea; say what you measured." in \
+    assert f"{QUESTION}: 1.5 / 3: Right idea; say what you measured." in \
         lms["answered"]["feedback"]
     assert (row["status"], row["score"], row["manual_score"], row["needs_manual"]) == \
         ("graded", auto + 1.5, 1.5, 0)
     html = (out / "feedback" / "answered" / "feedback.html").read_text()
-    assert "1.5 / 2" in html and "say what you measured" in html
-    assert "ties it to the measured perplexity (1)" in html
+    assert "1.5 / 3" in html and "say what you measured" in html
+    assert "rises towards |V| = 12, as the measurement shows (1)" in html
 
     # a regrade of that student keeps the manual grade while the answer is the same...
     said = []
     row = _grade(course, subs, out, only=["answered"], log=said.append)["answered"]
     assert row["score"] == auto + 1.5, row
-    assert any("kept the manual grade of explain_unigram" in line for line in said), said
+    assert any(f"kept the manual grade of {QUESTION}" in line for line in said), said
     # ... and a changed answer needs grading again
     _write(subs, "answered", _answer(released, words + " Also: sparse counts.", solution))
     said.clear()
     row = _grade(course, subs, out, only=["answered"], log=said.append)["answered"]
     assert (row["status"], row["score"], row["needs_manual"]) == ("needs manual grading", "", 1)
-    assert any("manual grade of explain_unigram was invalidated (the answer changed)" in line
+    assert any(f"manual grade of {QUESTION} was invalidated (the answer changed)" in line
                for line in said), said
     assert read_grades(out / "grades.csv")[1]["score"] == str(auto)  # the blank one, as it was
 
@@ -147,5 +139,5 @@ def test_the_written_answer_loop(course, tmp_path):
     done = nbgrader("generate_feedback", A, "--force", cwd=out / "course", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     produced = list((out / "course" / "feedback").rglob("*.html"))
-    assert produced and all("MODEL-ANSWER-7f3a" not in p.read_text() for p in produced)
+    assert produced and all(MODEL not in p.read_text() for p in produced)
     assert any("Also: sparse counts" in p.read_text() for p in produced)

@@ -53,9 +53,22 @@ def defined_names(source: str) -> set[str]:
     return names
 
 
+def measurement_for(metadata: dict) -> str:
+    """The written question an answer cell of code measures for
+    (``metadata.autograder.measurement_for``: its grade_id), or "". Such a cell is where the
+    student runs their own functions (a table, a plot) for a written answer; a person grades
+    it through that answer, no test reads it."""
+    target = metadata.get("autograder", {}).get("measurement_for", "")
+    if not isinstance(target, str):
+        raise ValueError(f"metadata.autograder.measurement_for must be the grade_id of a "
+                         f"written question, got {target!r}")
+    return target
+
+
 def answer_map(source: nbformat.NotebookNode) -> dict[str, dict]:
-    """For each answer cell (by grade_id): the names it defines and the test cells (grade_ids)
-    that exercise it, i.e. read one of those names."""
+    """For each answer cell that tests grade (by grade_id): the names it defines and the test
+    cells (grade_ids) that exercise it, i.e. read one of those names. Cells graded by hand
+    (with points of their own, or measuring for a written answer) are left out."""
     tests = {c.metadata["nbgrader"]["grade_id"]: free_and_bound_names(c.source)[0]
              for c in source.cells if c.cell_type == "code"
              and c.metadata.get("nbgrader", {}).get("grade")
@@ -63,7 +76,8 @@ def answer_map(source: nbformat.NotebookNode) -> dict[str, dict]:
     answers = {}
     for cell in source.cells:
         info = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and info.get("solution"):
+        if cell.cell_type == "code" and info.get("solution") and not info.get("grade") \
+                and not measurement_for(cell.metadata):
             names = defined_names(cell.source)
             answers[info["grade_id"]] = {
                 "names": names, "tests": {t for t, reads in tests.items() if reads & names}}
@@ -146,13 +160,21 @@ def _by_hand(assignment: str, course: Path) -> dict[str, float]:
 
 def _rubrics(assignment: str, course: Path) -> list[str]:
     """Each written question's rubric, if it has one, is well formed and adds up to its
-    points."""
+    points; each measurement cell names a written question."""
     from ..intake.normalize import manual, master_step, read_notebook
     from ..scoring.results import rubric
 
     failures = []
     master = read_notebook(source_notebook(assignment, course))
-    for step in filter(manual, map(master_step, master["cells"])):
+    steps = list(map(master_step, master["cells"]))
+    written = {s.grade_id for s in steps if s.kind == "written"}
+    for step in steps:
+        target = measurement_for(step.metadata) if step.kind == "missing" else ""
+        if target and target not in written:
+            failures.append(f"{assignment}: {step.grade_id} measures for {target!r}, which is "
+                            f"not a written question of the assignment (those are: "
+                            f"{', '.join(sorted(written)) or 'none'})")
+    for step in filter(manual, steps):
         try:
             items = rubric(step.metadata)
         except ValueError as err:
