@@ -3,20 +3,27 @@ to assignment 01, whole-class and as one task of a sharded run (``--shard-of T``
 students against everyone, what each ``grade --shard`` computes).
 
 A synthetic student answers each cell with one of the honest answers of ``tests/
-similarity_class.py`` (or the master's solution), with three to six lines of their own mixed in (a
-print, a constant, a check: distinct texts, as a real class writes); one in twenty copies
-another student's answers. So most pairs of answers to a cell share some code, as real ones
-do, and every distinct text is fingerprinted once.
+similarity_class.py`` (or the master's solution), with three to six statements of their own
+mixed in (a print, a check: distinct texts, as a real class writes, that the canonical form
+keeps); one in twenty copies another student's answers. So most pairs of answers to a cell
+share most of their code (a cell has two to five honest answers here, far fewer than a real
+class writes): a pessimistic class, in which a student's honest answer is often reported
+against the classmates who started from the same one. Every distinct text is fingerprinted
+once; the measurement cell is compared with the library only, as grading does.
 
 Prints wall time, CPU time and peak memory (the process's resident high-water mark) of the
-fingerprints and of the comparisons, and the pairs reported.
+fingerprints and of the comparisons, and the pairs reported. ``--all-pairs`` compares every
+pair of students instead of the candidates of the fingerprint index (the same report, in time
+that grows with the square of the class): run each in a process of its own, the peak memory is
+the process's.
 
-    python benchmarks/similarity_scale.py --answers 1000 [--shard-of 100] [--seed 0]
+    python benchmarks/similarity_scale.py --answers 1000 [--shard-of 100] [--seed 0] [--all-pairs]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import random
 import resource
 import sys
@@ -33,8 +40,8 @@ from autograder.intake.normalize import plan, read_notebook  # noqa: E402
 from autograder.scoring import similarity  # noqa: E402
 
 A = "01_language_models"
-OWN_LINES = ["print({n})", "assert {n} > 0", "checked = {n}", "limit = {n} * 2",
-             "if {n} < 0:\n        print('odd')", "debug = [{n}, {n} + 1]"]
+OWN_LINES = ["print('checked', {n})", "assert {n} > 0, 'check {n}'",
+             "print(len(str({n})), {n} % 7)", "if {n} < 0:\n{indent}    print('odd', {n})"]
 
 
 def variants() -> dict[str, list[str]]:
@@ -53,13 +60,19 @@ def variants() -> dict[str, list[str]]:
 
 
 def with_own_lines(code: str, rng: random.Random) -> str:
-    """``code`` with three to six lines of the student's own after its first line."""
+    """``code`` with three to six statements of the student's own (a print, a check) before
+    statements of it, at their indentation, so that it still parses."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    starts = sorted({(n.lineno, n.col_offset) for n in ast.walk(tree) if isinstance(n, ast.stmt)})
     lines = code.splitlines()
-    head, body = lines[:1], lines[1:]
-    for _ in range(rng.randint(3, 6)):
-        line = rng.choice(OWN_LINES).format(n=rng.randint(1, 10**6))
-        body.insert(rng.randint(0, len(body)), "    " + line)
-    return "\n".join(head + body) + "\n"
+    for lineno, col in sorted(rng.sample(starts, min(len(starts), rng.randint(3, 6))),
+                              reverse=True):
+        line = rng.choice(OWN_LINES).format(n=rng.randint(1, 10**6), indent=" " * col)
+        lines.insert(lineno - 1, " " * col + line)
+    return "\n".join(lines) + "\n"
 
 
 def synthetic_class(count: int, seed: int) -> dict[str, dict[str, str]]:
@@ -86,6 +99,8 @@ def main() -> None:
     parser.add_argument("--shard-of", type=int, default=1,
                         help="compare one task's students (1/T of the class) with everyone")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--all-pairs", action="store_true",
+                        help="compare every pair, not the index's candidates (the old way)")
     args = parser.parse_args()
     import tempfile
 
@@ -97,11 +112,15 @@ def main() -> None:
     chosen = list(students)[::args.shard_of]
     before = peak_mb()
     wall, cpu = time.perf_counter(), time.process_time()
-    matches = similarity.compare(students, library=library, given=given, students=chosen)
+    master = read_notebook(source_notebook(A))
+    matches = similarity.compare(students, library=library, given=given, students=chosen,
+                                 all_pairs=args.all_pairs,
+                                 measurements=similarity.measurement_cells(master))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     cells = sum(len(c) for c in students.values())
     print(f"{args.answers} students ({cells} answers, {len(chosen)} compared with everyone: "
-          f"1/{args.shard_of} of the class): compare {wall:.1f} s wall, {cpu:.1f} s CPU, "
+          f"1/{args.shard_of} of the class, {'all pairs' if args.all_pairs else 'indexed'}): "
+          f"compare {wall:.1f} s wall, {cpu:.1f} s CPU, "
           f"peak memory {peak_mb():.0f} MB (before: {before:.0f} MB), "
           f"{len(matches)} pair(s) reported")
 

@@ -290,9 +290,10 @@ def test_random_edits_keep_every_promise(assignment):
                 step = by_id.get(gid(c))
                 if step is None or step.kind == "missing":
                     want.append(c["source"])
-                elif step.grade_id not in seen:  # a written answer: the student's words
+                elif step.grade_id not in seen:  # a written answer: all its copies' words
                     seen.add(step.grade_id)
-                    want.append(c["source"] if step.kind == "written" else step.source)
+                    want.append("\n\n".join(x["source"] for x in cells if gid(x) == gid(c))
+                                if step.kind == "written" else step.source)
             assert [s.source for s in steps] == want
 
 

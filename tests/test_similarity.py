@@ -158,6 +158,68 @@ def paste_class(assignment: str, releases, disguise) -> dict:
     return similarity.answers(plan(master, notebook(assignment, cells, releases[assignment])))
 
 
+@pytest.mark.parametrize("assignment", sorted(CLASS))
+def test_the_index_finds_every_pair_that_comparing_all_pairs_reports(assignment, releases):
+    """The candidate index (prefix filtering) is exact: the report is the one all pairs give,
+    at the threshold in use and at a lower one (where more pairs count), for the whole class
+    and for a shard of it."""
+    master = read_notebook(source_notebook(assignment))
+    answers = {s: similarity.answers(plan(master, notebook(assignment, cells,
+                                                          releases[assignment])))
+               for s, cells in CLASS[assignment].items()}
+    first, cell = next((s, c) for s, cells in answers.items() for c in cells)
+    answers["copier"] = {similarity.ADDED: answers[first][cell]}  # compared across cells
+    common = dict(library={}, given=similarity.release_code(releases[assignment]),
+                  solutions=similarity.solutions(master), min_match=0, min_distinct=0)
+    for threshold in (similarity.THRESHOLD, 0.5):
+        for students in (None, list(answers)[::2]):
+            kw = dict(common, threshold=threshold, students=students)
+            indexed = similarity.compare(answers, **kw)
+            assert indexed == similarity.compare(answers, all_pairs=True, **kw)
+            if threshold == 0.5 and students is None:
+                assert indexed, "at 0.5 some pairs of this class should count"
+
+
+def test_measurement_cells_are_compared_with_the_library_only(releases):
+    """The written question says what to measure, so students write its few lines alike: two
+    identical measurements are no evidence (compared, they would be reported), while the
+    library pasted into a measurement cell still is."""
+    a = "07_bleu"
+    master = read_notebook(source_notebook(a))
+    cells = similarity.measurement_cells(master)
+    assert cells == {"measure_sentences"}
+    measured = similarity.answers(plan(master, master))["measure_sentences"]
+    module = similarity.library_sources()["seqlab.bleu"]
+    paste = "\n\n".join(ast.get_source_segment(module, node) for node in ast.parse(module).body
+                        if getattr(node, "name", "") in ("corpus_bleu", "modified_precision"))
+    answers = {"s1": {"measure_sentences": measured}, "s2": {"measure_sentences": measured},
+               "s3": {"measure_sentences": "import math\nfrom collections import Counter\n\n\n"
+                                           + paste + "\n" + measured}}
+    kw = dict(library=similarity.library_sources(), given=similarity.release_code(releases[a]),
+              solutions=similarity.solutions(master))
+    assert {("s1", "s2"), ("s2", "s1")} <= {(m.student_id, m.match)
+                                            for m in similarity.compare(answers, **kw)}
+    found = similarity.compare(answers, measurements=cells, **kw)
+    assert {(m.student_id, m.match) for m in found} == {("s3", "seqlab.bleu")}
+
+    # a classmate's answer hidden in a measurement cell (moved above the tests, it is the one
+    # they call), even under an ``if True:``, is added code, compared with every answer cell
+    shared = CLASS[a]["share_a"]["corpus_bleu"]
+    wrapped = "if True:\n" + "".join(f"    {line}\n" for line in shared.splitlines())
+    owner = notebook(a, {"corpus_bleu": shared}, releases[a])
+    planned = {"owner": similarity.answers(plan(master, owner))}
+    for who, code in (("hides", shared), ("wraps", wrapped)):
+        hidden = notebook(a, {"measure_sentences": code + "\n\n" + measured}, releases[a])
+        planned[who] = similarity.answers(plan(master, hidden))
+        assert "def corpus_bleu" in planned[who][similarity.ADDED]
+        assert "def corpus_bleu" not in planned[who]["measure_sentences"]
+    for all_pairs in (False, True):
+        found = {(m.student_id, m.cell, m.match) for m in similarity.compare(
+            planned, measurements=cells, all_pairs=all_pairs, **kw)}
+        for who in ("hides", "wraps"):
+            assert {(who, similarity.ADDED, "owner"), ("owner", "corpus_bleu", who)} <= found
+
+
 DISGUISES = {
     "a 100,000-character comment line first": lambda code: "# " + "x" * 100_000 + "\n" + code,
     "docstrings dropped, x += y written out, a no-op after each statement": light_disguise,

@@ -4,6 +4,7 @@ still to grade, a manual score entered in formgrader comes back into grades.csv 
 feedback, and regrades keep it while the answer is unchanged."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -84,7 +85,7 @@ def test_the_written_answer_loop(course, tmp_path):
 
     # the student's words, escaped, are in the graded copy; the model answer is nowhere
     graded = (out / "course" / "autograded" / "answered" / A / f"{A}.ipynb").read_text()
-    assert "It ignores context &lt;script>alert(1)&lt;/script>, so its perplexity" in graded
+    assert "It ignores context &lt;script&gt;alert(1)&lt;/script&gt;, so its perplexity" in graded
     assert "Explains why the bigram is lower" in graded  # the rubric, for the grader
     for path in [*(out / "course" / "autograded").rglob("*.ipynb"),
                  *(out / "feedback").rglob("*.*")]:
@@ -141,3 +142,68 @@ def test_the_written_answer_loop(course, tmp_path):
     produced = list((out / "course" / "feedback").rglob("*.html"))
     assert produced and all(MODEL not in p.read_text() for p in produced)
     assert any("Also: sparse counts" in p.read_text() for p in produced)
+
+
+PAYLOADS = ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>",
+            "~~~<img src=x onerror=alert(3)>~~~", "\\`<img src=x onerror=alert(4)>`",
+            "a ```\n\n<img src=x onerror=alert(5)>\n\nb```", "[x](java&#115;cript:alert(6))",
+            "[y](javascript:alert(7))", "<javascript:alert(8)>", "    <img src=x onerror=alert(9)>"]
+MATH = "Unseen words make it infinite: $P(w \\mid h) < P(w)$."
+
+
+def _formgrader_page(out, student: str) -> str:
+    """The graded notebook as formgrader shows it to a TA (its own template and renderer)."""
+    from nbconvert import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+
+    config = Config()
+    config.HTMLExporter.template_name = "formgrade"
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    resources = {"assignment_id": A, "notebook_id": A, "submission_id": "x", "index": 0,
+                 "total": 1, "base_url": "", "student": student, "last_name": "",
+                 "first_name": "", "notebook_path": ""}
+    page, _ = HTMLExporter(config=config).from_filename(
+        str(out / "course" / "autograded" / student / A / f"{A}.ipynb"), resources=resources)
+    return page
+
+
+def test_what_students_write_reaches_a_ta_as_text_never_as_script(course, tmp_path):
+    """Written answers and added markdown cells render in the TA's browser (formgrader, on the
+    Jupyter server's origin): every way markdown lets HTML or a script link through (raw HTML,
+    code-span look-alikes, escapes, entities, autolinks) arrives as text, math as math. An
+    answer split over two cells (or copied) reaches the TA whole, and words written beside
+    a question left blank go to a person instead of scoring 0."""
+    course, released = course
+    solution = json.loads(source_notebook(A, course).read_text())
+    subs = tmp_path / "subs"
+    words = "\n\n".join(PAYLOADS + [MATH])
+    hostile = _answer(released, words, solution)
+    at = next(i for i, c in enumerate(hostile["cells"])
+              if c["metadata"].get("nbgrader", {}).get("grade_id") == QUESTION)
+    added = {"cell_type": "markdown", "metadata": {}, "source": words}
+    hostile["cells"].insert(at, added)
+    _write(subs, "hostile", hostile)
+    split = _answer(released, "The first half, about the unigram model.", solution)
+    split["cells"].insert(at + 1, dict(split["cells"][at], source="The second half, on k."))
+    _write(subs, "split", split)
+    beside = _answer(released, None, solution)
+    beside["cells"].insert(at + 1, dict(added, source="My answer: the unigram ignores context."))
+    _write(subs, "beside", beside)
+    rows = _grade(course, subs, tmp_path / "out")
+    assert {s: r["status"] for s, r in rows.items()} == dict.fromkeys(
+        ("hostile", "split", "beside"), "needs manual grading")
+
+    def live(page):  # tags that could run something (formgrader's own have some)
+        tags = re.findall(r"<[a-z][^>]*>", page, flags=re.IGNORECASE)
+        return {t for t in tags if re.search(r"^<(script|img|iframe|object|embed)|\son\w+\s*="
+                                             r"|(href|src)=[\"']?\s*(java|vb|data)", t,
+                                             flags=re.IGNORECASE)}
+
+    page = _formgrader_page(tmp_path / "out", "hostile")
+    assert page.count("Unseen words make it infinite") == 2  # the answer and the added cell
+    assert live(page) <= live(_formgrader_page(tmp_path / "out", "split")), \
+        live(page) - live(_formgrader_page(tmp_path / "out", "split"))
+    assert "$P(w \\mid h) &lt; P(w)$" in page  # MathJax reads it as P(w | h) < P(w)
+    graded = (tmp_path / "out" / "course" / "autograded" / "split" / A / f"{A}.ipynb").read_text()
+    assert "The first half" in graded and "The second half, on k." in graded

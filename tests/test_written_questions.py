@@ -12,8 +12,8 @@ import sys
 import nbformat
 import pytest
 
-from autograder.authoring.selftest import measurement_for
 from autograder.course import assignments, source_notebook
+from autograder.intake.normalize import measurement_for
 
 NUMBER = re.compile(r"-?\d+\.\d+(?:e[+-]\d+)?")
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 
 from ..course import COURSE, assignments, source_notebook
+from ..intake.normalize import measurement_for
 from ..scoring.execute import free_and_bound_names
 from ..scoring.grade import grade
 from ..scoring.results import Status
@@ -51,18 +52,6 @@ def defined_names(source: str) -> set[str]:
             for target in targets:
                 names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return names
-
-
-def measurement_for(metadata: dict) -> str:
-    """The written question an answer cell of code measures for
-    (``metadata.autograder.measurement_for``: its grade_id), or "". Such a cell is where the
-    student runs their own functions (a table, a plot) for a written answer; a person grades
-    it through that answer, no test reads it."""
-    target = metadata.get("autograder", {}).get("measurement_for", "")
-    if not isinstance(target, str):
-        raise ValueError(f"metadata.autograder.measurement_for must be the grade_id of a "
-                         f"written question, got {target!r}")
-    return target
 
 
 def answer_map(source: nbformat.NotebookNode) -> dict[str, dict]:

@@ -124,6 +124,18 @@ def manual(step: Step) -> bool:
     return step.kind == "written" or (step.kind in ("missing", "code") and step.points > 0)
 
 
+def measurement_for(metadata: dict) -> str:
+    """The written question an answer cell of code measures for
+    (``metadata.autograder.measurement_for``: its grade_id), or "". Such a cell is where the
+    student runs their own functions (a table, a plot) for a written answer; a person grades
+    it through that answer, no test reads it."""
+    target = metadata.get("autograder", {}).get("measurement_for", "")
+    if not isinstance(target, str):
+        raise ValueError(f"metadata.autograder.measurement_for must be the grade_id of a "
+                         f"written question, got {target!r}")
+    return target
+
+
 def master_step(cell: dict) -> Step:
     info = cell["metadata"].get("nbgrader", {})
     gid = info.get("grade_id", "")
@@ -198,6 +210,10 @@ def _kept(masters: list[Step], student: dict) -> list[tuple[int | None, Step]]:
             if m not in seen:
                 items.append((m, replace(masters[m], source=cell["source"])))
                 seen.add(m)
+            else:  # a copied or split answer cell: its words join the first one's, in order
+                at = next(k for k, (mi, _) in enumerate(items) if mi == m)
+                first = items[at][1]
+                items[at] = (m, replace(first, source=first.source + "\n\n" + cell["source"]))
         elif masters[m].kind == "missing":  # an answer: the student's code
             if cell["cell_type"] == "code":
                 first = m not in seen

@@ -1,18 +1,20 @@
 """The notebook as graded, for formgrader and nbgrader's feedback: what the student wrote, the
 instructor's cells as the release shows them, and what the grading run printed and drew.
 
-Everything a student controls lands here as data. A written answer is the student's text with
-raw HTML neutralised: formgrader renders markdown to HTML on the server and would otherwise
-run a student's ``<script>`` in a grader's browser. A figure is kept only as a PNG whose bytes
-were checked. Test cells show their public source, so nbgrader's own feedback cannot quote a
-hidden test; no cell ever holds the instructor's model answer.
+Everything a student controls lands here as data. A written answer, and any markdown cell the
+student added, is the HTML their markdown renders to with every tag, attribute and link checked
+against an allowlist (``safe_markdown``): formgrader and nbgrader's feedback render markdown
+on the server with raw HTML passed through, and would otherwise run a student's script in a
+grader's browser. A figure is kept only as a PNG whose bytes were checked. Test cells show
+their public source, so nbgrader's own feedback cannot quote a hidden test; no cell ever holds
+the instructor's model answer.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import re
+import html
 
 from ..intake.markers import public_source
 from ..intake.normalize import Step
@@ -20,19 +22,29 @@ from .results import rubric
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MAX_IMAGE = 2 * 2**20  # bytes of one figure kept
-_CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.DOTALL)
-_TAG = re.compile(r"<(?=[A-Za-z/!?])")
-_SCRIPT_URL = re.compile(r"(java|vb)script\s*:", re.IGNORECASE)
+TAGS = ["p", "br", "hr", "em", "strong", "del", "code", "pre", "blockquote", "ul", "ol", "li",
+        "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td",
+        "sub", "sup"]
+ATTRIBUTES = {"a": ["href", "title"], "th": ["align"], "td": ["align"]}
 
 
 def safe_markdown(text: str) -> str:
-    """``text`` as markdown that renders the student's words and code, but no HTML of theirs:
-    a ``<`` that would open a tag becomes ``&lt;`` outside code (inside code spans and fenced
-    blocks markdown shows it as written), and a ``javascript:`` link cannot run."""
-    parts = _CODE.split(text)
-    for i in range(0, len(parts), 2):  # the text between code spans and blocks
-        parts[i] = _SCRIPT_URL.sub(lambda m: m.group(1) + "script :", _TAG.sub("&lt;", parts[i]))
-    return "".join(parts)
+    """A student's markdown as a markdown cell that shows it and can run nothing: the HTML it
+    renders to (with nbconvert's renderer, the one formgrader and nbgrader's feedback use, so
+    what is checked is what they show), cleaned by bleach (only ``TAGS`` and ``ATTRIBUTES``,
+    links to http, https and mailto), on one line inside a ``<div>``: a markdown renderer
+    passes such an HTML block through as it is and parses no markdown in it. Math keeps its
+    ``$...$`` text, which MathJax typesets in the page."""
+    import bleach
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    try:
+        rendered = markdown2html_mistune(text)
+    except Exception:  # e.g. an image pasted into the cell (attachment:), which is not kept
+        rendered = f"<pre>{html.escape(text)}</pre>"
+    cleaned = bleach.clean(rendered, tags=TAGS, attributes=ATTRIBUTES,
+                           protocols=["http", "https", "mailto"])
+    return '<div class="student-text">' + cleaned.replace("\n", "&#10;") + "</div>"
 
 
 def png(data) -> str | None:
@@ -52,7 +64,7 @@ def _rubric_cell(step: Step):
     items = rubric(step.metadata)
     if not items:
         return None
-    lines = [f"- {safe_markdown(i['criterion'])} ({i['points']:g} point"
+    lines = [f"- {html.escape(i['criterion'])} ({i['points']:g} point"
              f"{'' if i['points'] == 1 else 's'})" for i in items]
     return nbformat.v4.new_markdown_cell(
         f"**Rubric for {step.grade_id}** (for graders; {step.points:g} points):\n\n"
@@ -67,8 +79,9 @@ def graded_notebook(steps: list[Step], outputs: list[dict], metadata: dict) -> s
     nb = nbformat.v4.new_notebook(metadata={k: v for k, v in metadata.items()
                                             if k in ("kernelspec", "language_info")})
     for step, out in zip(steps, outputs, strict=True):
-        if step.kind == "markdown":
-            nb.cells.append(nbformat.v4.new_markdown_cell(step.source, metadata=step.metadata))
+        if step.kind == "markdown":  # the instructor's (from the master), or the student's
+            source = step.source if step.grade_id else safe_markdown(step.source)
+            nb.cells.append(nbformat.v4.new_markdown_cell(source, metadata=step.metadata))
             continue
         if step.kind == "written":
             nb.cells.append(nbformat.v4.new_markdown_cell(safe_markdown(step.source),

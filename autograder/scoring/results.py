@@ -86,15 +86,35 @@ def manual_answers(steps) -> list[ManualAnswer]:
     from ..intake.normalize import TEXT_STUB, manual
 
     found = []
-    for step in steps:
+    for k, step in enumerate(steps):
         if not (manual(step) and step.grade_id):
             continue
         text = step.source.strip()
         blank = step.kind == "missing" or text in ("", TEXT_STUB, CODE_STUB)
-        found.append({"cell": step.grade_id, "max_points": step.points, "blank": blank,
-                      "digest": hashlib.sha256(step.source.encode()).hexdigest(),
+        beside = _beside(steps, k, TEXT_STUB) if step.kind == "written" and blank else []
+        answer = "\n\n".join([step.source, *beside])  # regrades compare all the words
+        found.append({"cell": step.grade_id, "max_points": step.points,
+                      "blank": blank and not beside,
+                      "digest": hashlib.sha256(answer.encode()).hexdigest(),
                       "rubric": rubric(step.metadata)})
     return found
+
+
+def _beside(steps, k: int, stub: str) -> list[str]:
+    """What the student wrote in markdown cells of their own right around the written
+    question ``steps[k]`` (among the cells they added between it and the instructor's cells
+    before and after it): perhaps the answer, put beside a question left blank, which a person
+    then reads rather than a blank answer scoring 0. The instructor's text in a cell that lost
+    its metadata does not count."""
+    given = {s.source.strip() for s in steps if s.kind == "markdown" and s.grade_id}
+    near = []
+    for direction in (-1, 1):
+        at = k + direction
+        while 0 <= at < len(steps) and not steps[at].grade_id:
+            near.append(steps[at])
+            at += direction
+    return [s.source for s in near
+            if s.kind == "markdown" and s.source.strip() not in given | {"", stub}]
 
 
 def clip(text: str, limit: int) -> str:

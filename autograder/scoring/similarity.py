@@ -171,14 +171,45 @@ def release_code(release: dict) -> list[str]:
 def answers(steps) -> dict[str, str]:
     """A student's code by answer cell, from the graded plan (``normalize.plan``): each answer
     cell under its grade_id, every cell the student added (or split off an answer) under
-    ``ADDED``. Exactly the code that ran when graded."""
+    ``ADDED``. Exactly the code that ran when graded. A measurement cell keeps only its
+    measuring statements: the functions and classes it defines (an answer hidden there, where
+    classmates are not compared) count as added cells."""
+    from ..intake.normalize import measurement_for
+
     out: dict[str, str] = {}
+
+    def add(key: str, code: str) -> None:
+        if code.strip():
+            out[key] = out.get(key, "") + code + "\n"
+
     for step in steps:
+        if step.kind != "code":
+            continue
         source = _python_lines(step.source)
-        if step.kind == "code" and source.strip():
-            key = step.grade_id or ADDED
-            out[key] = out.get(key, "") + source + "\n"
+        if step.grade_id and measurement_for(step.metadata):
+            source, defined = _definitions_apart(source)
+            add(ADDED, defined)
+        add(step.grade_id or ADDED, source)
     return out
+
+
+def _definitions_apart(source: str) -> tuple[str, str]:
+    """(the rest, the top-level statements that define a function, class or lambda at any
+    depth: under an ``if True:`` too) of ``source``; code that does not parse is all
+    definitions, so it is compared with everyone."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return "", source
+    rest, defined = [], []
+    for node in tree.body:
+        code = ast.get_source_segment(source, node) or ""
+        is_definition = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                           ast.Lambda)) for n in ast.walk(node))
+        (defined if is_definition else rest).append(code)
+    return "\n".join(rest), "\n".join(defined)
 
 
 def _python_lines(source: str) -> str:
@@ -189,6 +220,14 @@ def _python_lines(source: str) -> str:
         return ""
     return "\n".join(line for line in source.splitlines()
                      if not line.lstrip().startswith(("!", "%")))
+
+
+def measurement_cells(master: dict) -> set[str]:
+    """The grade_ids of a master's measurement cells (``normalize.measurement_for``)."""
+    from ..intake.normalize import measurement_for
+
+    return {c["metadata"].get("nbgrader", {}).get("grade_id", "") for c in master["cells"]
+            if measurement_for(c["metadata"])}
 
 
 def solutions(master: dict) -> dict[str, str]:
@@ -338,14 +377,21 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
             students: Iterable[str] | None = None, threshold: float = THRESHOLD,
             min_match: int = MIN_MATCH, min_distinct: int = MIN_DISTINCT,
             solutions: Mapping[str, str] | None = None, noise: int = NOISE,
-            class_pairs: bool = True) -> list[Match]:
+            class_pairs: bool = True, all_pairs: bool = False,
+            measurements: Iterable[str] = ()) -> list[Match]:
     """Every reported pair for ``students`` (default: all of ``answers_by_student``): each answer
     against every ``library`` module (name -> source) and, with ``class_pairs``, against every
-    other student's answer to the same cell. ``given``: the release's code, subtracted from
+    other student's answer to the same cell (and code in added cells against every other
+    student's answers, ``_crossed``). ``given``: the release's code, subtracted from
     every answer. ``solutions``: the source solution of each cell (cell -> code); its
     statements that the library has too are what the cell's formula forces (see ``distinct``).
-    ``class_pairs=False`` compares with the library only. Ordered by student (as given), cell,
-    then similarity (highest first)."""
+    ``class_pairs=False`` compares with the library only, and so does every cell named in
+    ``measurements`` (measurement cells, ``measurement_cells``: short code that students write
+    alike from the question, where likeness is no evidence). Two students' answers
+    are compared
+    only where an index says they could be reported (``_candidate_pairs``); ``all_pairs``
+    compares every pair instead, with the same result, in time that grows with the square of
+    the class. Ordered by student (as given), cell, then similarity (highest first)."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     for name, value in (("min_match", min_match), ("min_distinct", min_distinct)):
@@ -379,15 +425,20 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
             for name, module in modules.items():
                 found += _pair(student, cell, name, code, module, rules[cell], False, seen)
     others = list(answers_by_student) if class_pairs else []
-    for i, a in enumerate(others):  # each pair of students once, both directions
-        for b in others[i + 1:]:
-            if a not in mine and b not in mine:
-                continue
-            for cell in codes[a].keys() & codes[b].keys():
-                for m in _pair(a, cell, b, codes[a][cell], codes[b][cell], rules[cell], True,
-                               seen):
-                    if m.student_id in mine:
-                        found.append(m)
+    measurements = set(measurements)
+    paired = {s: {c: code for c, code in cells.items() if c not in measurements}
+              for s, cells in codes.items()}
+    pairs = (_all_pairs if all_pairs else _candidate_pairs)(paired, others, mine, threshold)
+    for cell, i, j in pairs:  # each pair of students once, both directions
+        a, b = others[i], others[j]
+        for m in _pair(a, cell, b, codes[a][cell], codes[b][cell], rules[cell], True, seen):
+            if m.student_id in mine:
+                found.append(m)
+    once = _Seen(set())  # one direction each: kept apart from ``seen``'s results of two
+    for i, cell_i, j, cell_j in _crossed(paired, others, mine, threshold, all_pairs):
+        a, b = others[i], others[j]
+        found += _pair(a, cell_i, b, paired[a][cell_i], paired[b][cell_j], rules[cell_i],
+                       False, once)
     rank = {s: i for i, s in enumerate(chosen)}
     # cells in the order of the whole class, whoever is chosen: a shard's report and flags
     # then read as the unsharded run's
@@ -401,6 +452,130 @@ def compare(answers_by_student: Mapping[str, Mapping[str, str]], *,
         if shown[m.student_id, m.cell] > SHOWN:
             found[i] = replace(m, answer_html="", match_html="")
     return found
+
+
+def _all_pairs(codes: dict, others: list[str], mine: set[str], threshold: float):
+    """Every pair of students (indices into ``others``, i < j) with answers to the same cell,
+    one of them in ``mine``: (cell, i, j)."""
+    for i, a in enumerate(others):
+        for j in range(i + 1, len(others)):
+            b = others[j]
+            if a in mine or b in mine:
+                for cell in codes[a].keys() & codes[b].keys():
+                    yield cell, i, j
+
+
+def _candidate_pairs(codes: dict, others: list[str], mine: set[str], threshold: float):
+    """The pairs of ``_all_pairs`` that can be reported, found through an index (prefix
+    filtering, as in set-similarity joins), so that a class of 10,000 is not 50 million pairs
+    per cell. An answer ``a`` is reported against ``b`` only when ``b`` holds ``threshold``
+    of it by one measure, and then ``b`` must hold one of ``a``'s *rare* k-grams or
+    statements (``_rare``): those left when the most common ones in the cell, as many as cover
+    less than ``threshold`` of ``a``, are set aside. Each of ``mine``'s answers looks up, in an
+    index of the rare keys only, the answers that hold one: its candidates. A pair comes once,
+    as (cell, i, j) with i < j, as in ``_all_pairs``, so the report is the same."""
+    cells: dict[str, list[tuple[int, _Code]]] = {}
+    for i, student in enumerate(others):
+        for cell, code in codes[student].items():
+            cells.setdefault(cell, []).append((i, code))
+    for cell, holders in sorted(cells.items()):
+        texts = {id(c): c for _, c in holders}  # repeated texts count once
+        df_hashes = Counter(h for c in texts.values() for h in c.fp.hashes)
+        df_forms = Counter(f for c in texts.values() for f in c.units[canonical.MODULE])
+        rare = {key: _rare(c, df_hashes, df_forms, threshold) for key, c in texts.items()}
+        asked = [(i, c) for i, c in holders if others[i] in mine]
+        wanted_h = set().union(*(rare[id(c)][0] for _, c in asked))
+        wanted_f = set().union(*(rare[id(c)][1] for _, c in asked))
+        index: dict[object, list[int]] = {}
+        for i, c in holders:
+            for key in (c.fp.hashes & wanted_h) | (c.units[canonical.MODULE].keys() & wanted_f):
+                index.setdefault(key, []).append(i)
+        pairs = set()
+        for i, c in asked:
+            hashes, forms = rare[id(c)]
+            for key in (*hashes, *forms):
+                pairs.update((min(i, j), max(i, j)) for j in index.get(key, ()) if j != i)
+        for i, j in sorted(pairs):
+            yield cell, i, j
+
+
+def _crossed(codes: dict, others: list[str], mine: set[str], threshold: float,
+             all_pairs: bool):
+    """(i, cell_i, j, cell_j): what to compare across cells, one direction each (student i,
+    one of ``mine``, against student j): code in an added cell against a classmate's answer to
+    any cell, and an answer against a classmate's added code, so that an answer copied into an
+    added cell (or a measurement cell's definitions, see ``answers``) meets the one it was
+    copied from. Through the index of ``_candidate_pairs`` unless ``all_pairs``."""
+    if not any(ADDED in codes[s] for s in others):
+        return
+    entries = [(i, cell, code) for i, s in enumerate(others) for cell, code in codes[s].items()]
+    asked = [(i, cell, code) for i, cell, code in entries if others[i] in mine]
+
+    def crossing(i, cell_i, j, cell_j):
+        return i != j and (cell_i == ADDED) != (cell_j == ADDED)
+
+    if all_pairs:
+        yield from ((i, ci, j, cj) for i, ci, _ in asked for j, cj, _ in entries
+                    if crossing(i, ci, j, cj))
+        return
+    texts = {id(c): c for _, _, c in entries}
+    df_hashes = Counter(h for c in texts.values() for h in c.fp.hashes)
+    df_forms = Counter(f for c in texts.values() for f in c.units[canonical.MODULE])
+    rare = {id(c): _rare(c, df_hashes, df_forms, threshold) for _, _, c in asked}
+    wanted_h = set().union(*(h for h, _ in rare.values()))
+    wanted_f = set().union(*(f for _, f in rare.values()))
+    index: dict[object, list[tuple[int, str]]] = {}
+    for j, cell, c in entries:
+        for key in (c.fp.hashes & wanted_h) | (c.units[canonical.MODULE].keys() & wanted_f):
+            index.setdefault(key, []).append((j, cell))
+    found = set()
+    for i, cell_i, c in asked:
+        hashes, forms = rare[id(c)]
+        for key in (*hashes, *forms):
+            found.update((i, cell_i, j, cj) for j, cj in index.get(key, ())
+                         if crossing(i, cell_i, j, cj))
+    yield from sorted(found)
+
+
+def _rare(code: _Code, df_hashes: Counter, df_forms: Counter, threshold: float):
+    """(k-gram hashes, statements) of an answer, at least one of which any answer holding
+    ``threshold`` of it must share: all but its most common ones (by ``df_*``, the number of
+    texts of the cell that hold them) that together make less than ``threshold`` of its
+    k-gram coverage (``_coverage``), respectively of its statements' tokens."""
+    fp = code.fp
+    order = sorted(fp.hash_idx, key=lambda h: (-df_hashes[h], h))
+    low, high = 0, len(order)  # the most common ``low`` hashes cover less than threshold
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _coverage(fp, order[:middle]) / fp.token_coverage < threshold:  # as _pair divides
+            low = middle
+        else:
+            high = middle - 1
+    counts = code.units[canonical.MODULE]
+    weight = code.form.weight
+    total = sum(weight[f] * n for f, n in counts.items())
+    kept, forms = 0, sorted(counts, key=lambda f: (-df_forms[f], f))
+    common = 0
+    for form in forms:
+        if total and (kept + weight[form] * counts[form]) / total >= threshold:  # as _structure
+            break
+        kept += weight[form] * counts[form]
+        common += 1
+    return frozenset(order[low:]), frozenset(forms[common:])
+
+
+def _coverage(fp, hashes) -> int:
+    """Characters of ``fp``'s tokenized code that the k-grams ``hashes`` cover (copydetect's
+    token coverage, for a subset of the hashes)."""
+    import numpy as np
+
+    if not hashes:
+        return 0
+    starts = np.concatenate([np.asarray(fp.hash_idx[h]) for h in hashes])
+    covered = np.zeros(len(fp.filtered_code) + fp.k, dtype=bool)
+    for offset in range(fp.k):
+        covered[starts + offset] = True
+    return int(covered.sum())
 
 
 def flags(matches: Iterable[Match]) -> dict[str, str]:
@@ -475,7 +650,8 @@ def report_class(*, master: dict, notebooks: Mapping[str, Path | None], release:
     try:
         matches = compare({s: answers_of(master, path) for s, path in notebooks.items()},
                           library=library_sources(), given=release_code(release),
-                          students=chosen, solutions=solutions(master))
+                          students=chosen, solutions=solutions(master),
+                          measurements=measurement_cells(master))
         write_report(matches, out=out)
     except Exception as err:  # the report must never cost the grades
         log(f"similarity report failed ({type(err).__name__}: {err}); grades are unaffected")
