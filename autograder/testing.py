@@ -202,8 +202,8 @@ def random_model(seed, vocab: int, eos_bias: float = 0.0, max_rows: int | None =
         if max_rows is not None and sum(rows) > max_rows:
             raise AssertionError(f"model.step was asked for {sum(rows)} rows in {len(rows)} "
                                  f"calls (the rows of last_tokens, summed), more than the "
-                                 f"{max_rows} allowed: beam search steps K hypotheses per input "
-                                 "at each step, K * (max_len + 1) * B rows at most")
+                                 f"{max_rows} allowed: beam search steps k hypotheses per input "
+                                 "at each step, k * (max_len + 1) * B rows at most")
         prefix = torch.cat([state["prefix"], last_tokens.long()[:, None]], dim=1)
         log_probs = [dist(int(s), tuple(p)) for s, p in zip(state["source"].tolist(),
                                                             prefix.tolist())]
@@ -303,7 +303,7 @@ _RULE_BROKEN = {
     "no_cut_off": "rule 3: at step max_len every one of the K best candidates finishes, those "
                   "without <eos> cut off",
     "join_if_room": "rule 3: at step max_len the K best candidates all finish, with or without "
-                    "<eos>, whether or not K hypotheses have finished already",
+                    "<eos>, whether or not k hypotheses have finished already",
 }
 
 

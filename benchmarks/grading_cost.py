@@ -1,18 +1,19 @@
 """What grading one submission costs, per assignment: CPU-seconds and peak memory, for sizing a
-cluster run (``autograder/cluster/costs.py`` holds provisional figures until this measures them).
+cluster run (``autograder/cluster/costs.py`` holds what this measured).
 
 For each assignment, ``python -m autograder grade`` grades 1 and then K copies of the master
 solution with one worker, in a process of its own (with generous time limits: a busy machine
-must not turn a solution into a timeout; CPU time is what is measured). CPU is the whole process
-tree's, from the rusage of reaped descendants (each sandbox puts its processes in cgroups of its
-own, so no cgroup made here would see them; and a killed sandbox's processes are missed: the
-per-submission CPU reads near zero, not yet a measurement); the difference between the two runs,
-over K - 1, is one submission's, and the rest is the run's fixed cost (imports,
-``generate_assignment``, the worker and its template, the similarity report of a class of one or
-K). Memory is sampled every 0.1 s, as a node's accounting does (proportional set size, so pages
-the workers share count once): the peak of the whole tree, and the peak of one submission's
-runner (the process that runs the student's code). A second worker is measured on assignment 01
-alone: what each worker adds beside its submission's runner.
+must not turn a solution into a timeout; CPU time is what is measured). CPU is the grader's,
+from the rusage of reaped descendants, plus the sandboxes', from the kernel: each sandbox puts
+its processes in cgroups of its own under the grader's parent cgroup, whose count holds every
+child's, removed ones too (``cgroups.all_sandboxes_cpu_seconds``), while rusage misses a
+killed sandbox's processes. So nothing else may grade on the machine meanwhile. The difference
+between the two runs, over K - 1, is one submission's, and the rest is the run's fixed cost
+(imports, ``generate_assignment``, the worker and its template, the similarity report of a
+class of one or K). Memory is sampled every 0.1 s, as a node's accounting does (proportional
+set size, so pages the workers share count once): the peak of the whole tree, and the peak of
+one submission's runner (the process that runs the student's code). A second worker is
+measured on assignment 01 alone: what each worker adds beside its submission's runner.
 
     python benchmarks/grading_cost.py [--copies K] [ASSIGNMENT ...]
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 from autograder.course import assignments, source_notebook
+from autograder.isolation.cgroups import all_sandboxes_cpu_seconds
 
 
 def _tree(root: int) -> dict[int, int]:
@@ -68,10 +71,16 @@ def _pss_mb(pid: int, parent: int) -> tuple[float, bool]:
         return 0.0, False
     kb = next((int(line.split()[1]) for line in rollup.splitlines()
                if line.startswith("Pss:")), 0)
-    command = _command(pid)
-    runs = b"runner.py" in command and (b"--template" not in command
-                                        or b"runner.py" in _command(parent))
-    return kb / 1024, runs
+    return kb / 1024, _python_of(pid, "runner.py") or (
+        _python_of(pid, "template.py") and _python_of(parent, "template.py"))
+
+
+def _python_of(pid: int, program: str) -> bool:
+    """Whether ``pid`` is Python running ``program`` (not bubblewrap, whose arguments name it
+    too): a runner, or a worker's template, whose forks (children running the same program)
+    run the submissions."""
+    arguments = _command(pid).split(b"\0")
+    return b"python" in arguments[0] and any(a.endswith(program.encode()) for a in arguments)
 
 
 class Sampler(threading.Thread):
@@ -96,6 +105,7 @@ def measure(assignment: str, copies: int, workers: int, tmp: Path) -> dict:
     # rusage of the reaped descendants, not a cgroup made here: each sandbox moves its processes
     # into cgroups of its own, out of any group the benchmark makes
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    sandboxes_before = all_sandboxes_cpu_seconds()
     start = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-c", "import runpy, sys; sys.argv[0] = 'autograder'; "
@@ -110,11 +120,14 @@ def measure(assignment: str, copies: int, workers: int, tmp: Path) -> dict:
     sampler.join()
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if process.returncode != 0 or output.count(" graded") < copies:
+    sandboxes_after = all_sandboxes_cpu_seconds()
+    done = re.findall(r"\] student\d+: \S+ (graded|needs manual grading)", output)
+    if process.returncode != 0 or len(done) < copies:  # the solution's written answer waits
         raise RuntimeError(f"grading {assignment} failed:\n{output[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"cpu": cpu, "wall": wall, "tree_mb": sampler.tree_peak,
-            "runner_mb": sampler.runner_peak}
+    sandboxes = (sandboxes_after - sandboxes_before) if sandboxes_before is not None else None
+    return {"cpu": cpu + (sandboxes or 0.0), "sandboxes": sandboxes, "wall": wall,
+            "tree_mb": sampler.tree_peak, "runner_mb": sampler.runner_peak}
 
 
 def main() -> None:
@@ -123,13 +136,18 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=6)
     args = parser.parse_args()
     chosen = args.assignments or assignments()
-    print(f"{os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}; CPU of reaped processes")
+    if all_sandboxes_cpu_seconds() is None:
+        print("no cgroup of the grader's accounts CPU here: the sandboxes' CPU is missed")
+    print(f"{os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         for assignment in chosen:
             one = measure(assignment, 1, 1, Path(tmp))
             many = measure(assignment, args.copies, 1, Path(tmp))
             each = (many["cpu"] - one["cpu"]) / (args.copies - 1)
-            print(f"{assignment}: {each:.2f} CPU-s per submission, fixed {one['cpu'] - each:.1f}"
+            sandbox = ((many["sandboxes"] - one["sandboxes"]) / (args.copies - 1)
+                       if one["sandboxes"] is not None else float("nan"))
+            print(f"{assignment}: {each:.2f} CPU-s per submission ({sandbox:.2f} in its "
+                  f"sandbox), fixed {one['cpu'] - each:.1f}"
                   f" CPU-s per run; peak memory: a submission's runner "
                   f"{max(one['runner_mb'], many['runner_mb']):.0f} MB, the run "
                   f"{max(one['tree_mb'], many['tree_mb']):.0f} MB "

@@ -245,7 +245,7 @@ CLASS_06 = {  # student -> (beam_search answer, status, score, the message of wh
     # keep their points
     "enumerates_every_output": (ENUMERATING_BEAM, "crashed", 14, {
         "test_beam_search_cost": "asked model.step for 91 rows in 3 calls (the rows of "
-                                 "last_tokens, summed); beam search needs at most K * "
+                                 "last_tokens, summed); beam search needs at most k * "
                                  "(max_len + 1) * B = 78"}),
 }
 

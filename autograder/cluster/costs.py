@@ -1,10 +1,11 @@
 """What grading costs, and the Slurm requests derived from it.
 
-The per-submission figures are provisional, not measurements: ``benchmarks/grading_cost.py``
-measures a run's fixed cost (6-9 CPU-s, 435-690 MB) and per-submission wall time (0-1.3 s), but
-not yet its per-submission CPU (see the README's "A course of 10,000"); the similarity
-report's figures are ``benchmarks/similarity_scale.py``'s kind of estimate, not yet measured at
-scale. ``--sbatch=--time=... --mem=...`` overrides what is derived here.
+The figures are ``benchmarks/grading_cost.py``'s and ``benchmarks/similarity_scale.py``'s, on a
+2-core x86-64 machine with torch 2.13 (CPU), rounded up over two runs on a busy machine: each
+assignment's CPU-seconds per submission (the grader's, from rusage, and its sandbox's, from the
+kernel's count for the sandboxes' cgroups) and its runner's peak proportional set size; a
+grading run's fixed cost; the similarity report's fingerprints and comparisons (at 1,000 and
+10,000 synthetic students). ``--sbatch=--time=... --mem=...`` overrides what is derived here.
 
 A task's requests are sized so that nothing a student does can cost the task: memory is the
 grader's own plus, per worker, its process and the whole per-submission cap (a submission that
@@ -26,31 +27,32 @@ class Cost:
     peak_mb: float      # the runner's peak proportional set size (pages shared count once)
 
 
-PROVISIONAL = {  # the dearest measured wall time per submission (06: 1.3 s) is within 2x
-    "01_language_models": Cost(1.0, 200),
-    "02_rnn_backprop": Cost(1.0, 200),
-    "03_seq2seq": Cost(1.0, 200),
-    "04_attention": Cost(1.0, 200),
-    "05_transformer": Cost(1.0, 200),
-    "06_decoding": Cost(1.0, 200),
-    "07_bleu": Cost(1.0, 200),
-    "08_bert_mlm": Cost(1.0, 200),
+MEASURED = {  # benchmarks/grading_cost.py, 6 copies against 1, twice; memory at least 100 MB
+    # (a runner forked from its worker's template shares its pages, which count half in each)
+    "01_language_models": Cost(0.4, 120),
+    "02_rnn_backprop": Cost(0.9, 70),
+    "03_seq2seq": Cost(0.4, 130),
+    "04_attention": Cost(0.7, 210),
+    "05_transformer": Cost(1.6, 200),
+    "06_decoding": Cost(2.2, 170),
+    "07_bleu": Cost(0.3, 120),
+    "08_bert_mlm": Cost(1.3, 120),
 }
-RUN_CPU_SECONDS = 20.0   # a grading run's own: imports, generate_assignment, workers' templates
+RUN_CPU_SECONDS = 20.0   # a grading run's own (measured 6-10): imports, nbgrader, templates
 GRADER_MB = 600          # the grading process and its fork server
 WORKER_MB = 400          # each worker beside its runner: torch, numpy, the test cells
-FINGERPRINT_SECONDS = 0.010  # one answer cell (every task fingerprints the whole class)
-FINGERPRINT_MB = 0.054   # and keeps its fingerprint
-PAIR_SECONDS = 1.0e-5    # one pair of answers to a cell compared
-PAIR_MB = 0.00031        # and its result, kept for the run (repeated texts compare once)
-ANSWERS_PER_STUDENT = 6  # answer cells of an assignment, about
+FINGERPRINT_SECONDS = 0.008  # one answer cell (every task fingerprints the whole class)
+FINGERPRINT_MB = 0.065   # and keeps its fingerprint
+PAIR_SECONDS = 2.0e-6    # one of the task's answers against one classmate's, through the index
+PAIR_MB = 0.00005        # what that leaves (candidates, results of repeated texts, matches)
+ANSWERS_PER_STUDENT = 7  # answer cells of an assignment (its measurement cell too), about
 MERGE_SECONDS_PER_STUDENT = 0.2
 MIN_MINUTES = 10
 
 
 def cost(assignment: str) -> Cost:
     """The measured cost of ``assignment``; for one not measured, the dearest measured."""
-    return PROVISIONAL.get(assignment) or max(PROVISIONAL.values(), key=lambda c: c.cpu_seconds)
+    return MEASURED.get(assignment) or max(MEASURED.values(), key=lambda c: c.cpu_seconds)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class Request:
 
 def similarity_seconds(class_size: int, shard: int) -> float:
     """A task's similarity report: fingerprint every answer of the class, then compare each of
-    its ``shard`` students' answers with every other student's."""
+    its ``shard`` students' answers with the classmates the index names (a cost that grows with
+    the class, far below one comparison per classmate)."""
     answers = class_size * ANSWERS_PER_STUDENT
     return answers * FINGERPRINT_SECONDS + shard * class_size * ANSWERS_PER_STUDENT * PAIR_SECONDS
 

@@ -460,7 +460,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
 
     ``early_stopping`` decides when a row's list is final, as in HF's ``generate``:
 
-    - ``True``: once K hypotheses have finished (cheapest; a live beam may still be better);
+    - ``True``: once k hypotheses have finished (cheapest; a live beam may still be better);
     - ``False``: once the best live beam, scored at its current length t, is no better than
       the worst of K finished ones (exact for ``length_penalty`` 0, a heuristic above it);
     - ``"never"``: as ``False``, but with ``length_penalty`` > 0 the live beam is scored at
