@@ -39,6 +39,7 @@ from ..isolation.sandbox import Sandbox
 from ..isolation.session import START_SECONDS
 from . import gradebook, similarity
 from .feedback import write_feedback
+from .graded_copy import MARKDOWN
 from .handgrading import apply, cells_of, sync, totals
 from .prepare import Prepared, prepare_grading
 from .results import Result, Status, clip
@@ -471,7 +472,8 @@ def _run_jobs(run, master, jobs, limits, prepared, workers) -> None:
                                    sandbox.withheld, sandbox.refuse_attention,
                                    sandbox.preload, master, uids),
                        teardown=_Worker.teardown, on_failure=cleanup,
-                       preload=(__name__, "autograder.scoring.execute", "numpy", "torch"))
+                       preload=(__name__, "autograder.scoring.execute", "numpy", "torch",
+                                *MARKDOWN))
     try:
         for student, done in results:
             sub, result, graded = by_student[student], None, None
