@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 #   make setup TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?=
 NOTEBOOKS ?=
+# Processes `make test` runs the tests in (tests/conftest.py keeps each module in one).
+TEST_WORKERS ?= 2
 
 .PHONY: setup lab test course site release grade selftest clean
 
@@ -36,7 +38,7 @@ lab: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # Execute every lecture headless: `make course` (FAST) or `make course FULL=1` (GPU-sized).
 course: setup

@@ -99,4 +99,4 @@ def test_runs_in_fast_mode(path, threads, notebook_times, lecture_runs, request)
         _check_run(path, lecture_runs.folder)
     else:
         seconds = request.getfixturevalue("two_thread_runs")[path.stem].result()
-    notebook_times[f"{path.name} (threads: {threads})"] = seconds  # 2: two runs at a time
+    notebook_times(f"{path.name} (threads: {threads})", seconds)  # 2: two runs at a time
