@@ -38,7 +38,7 @@ lab: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # Execute every lecture headless: `make course` (FAST) or `make course FULL=1` (GPU-sized).
 course: setup

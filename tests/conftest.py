@@ -1,3 +1,4 @@
+import fcntl
 import os
 import shutil
 import socket
@@ -114,17 +115,29 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{name:48s} {seconds:6.1f} s")
 
 
-# `make test` runs the tests in two processes (pytest-xdist, --dist loadgroup): each module's
-# tests stay in one of them, so its module fixtures (a graded class, a started server) are made
-# once; the lecture runs, which the notebook and book tests share, stay together too.
-SHARED_GROUPS = {"test_notebooks": "lectures", "test_book": "lectures"}
+# `make test` runs the tests in two processes (pytest-xdist): each module's tests stay in one
+# of them, so its module fixtures (a graded class, a started server) are made once, and the
+# notebook and book tests, which share the lecture runs, stay together. (xdist's own
+# `--dist loadgroup` no longer groups on pytest 9.2: pytest-dev/pytest-xdist#1386.)
+SHARED_SCOPES = {"test_notebooks": "lectures", "test_book": "lectures"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
-    for item in items:
-        stem = Path(str(item.fspath)).stem
-        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(stem, stem)))
+    """The lectures first: their runs take longest, so the other process has the rest."""
+    items.sort(key=lambda item: Path(str(item.fspath)).stem not in SHARED_SCOPES)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_SCOPES.get(Path(module).stem, module)
+
+    config.option.loadscopereorder = False  # in the order above, not by count of tests
+    return ByModule(config, log)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +151,10 @@ def private_course(tmp_path_factory):
     from autograder.isolation.exposure import hide_withheld, package_folders, readable_copies
     from autograder.isolation.limits import WITHHELD
 
+    # the host's packages are shared by every test process: one such module at a time, or one
+    # would open them while another grades (and close another's temporary copies)
+    lock = (tmp_path_factory.getbasetemp().parent / "withheld-packages.lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     copy = tmp_path_factory.mktemp("course") / "assignments"
     shutil.copytree(COURSE, copy)
     copy.chmod(0o700)
@@ -151,5 +168,7 @@ def private_course(tmp_path_factory):
         readable_copies.cache_clear()
     yield copy
     for folder, mode in modes.items():
-        folder.chmod(mode)
+        if folder.exists():  # a copy a test made may be gone
+            folder.chmod(mode)
     readable_copies.cache_clear()
+    lock.close()
