@@ -65,9 +65,11 @@ def export(folder, students):
 
 
 def cgroup_folders() -> set:
-    """The grader's cgroups on this host (none where it cannot make them)."""
+    """The cgroups of this process's grading on this host (none where it cannot make them):
+    named for the grading process, so another test process's grading is not counted."""
     parents = [Path("/sys/fs/cgroup", c, "seqlab-grader") for c in ("memory", "pids", "")]
-    return {p for parent in parents if parent.is_dir() for p in parent.iterdir() if p.is_dir()}
+    return {p for parent in parents if parent.is_dir() for p in parent.iterdir()
+            if p.is_dir() and p.name.startswith(f"{os.getpid()}-")}
 
 
 @needs_sandbox
