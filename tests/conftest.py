@@ -106,9 +106,9 @@ def notebook_times(request):
 
 
 def pytest_terminal_summary(terminalreporter):
-    times = {name: seconds for reports in terminalreporter.stats.values() for report in reports
-             for key, (name, seconds) in getattr(report, "user_properties", ())
-             if key == "fast_seconds"}
+    times = dict(value for reports in terminalreporter.stats.values() for report in reports
+                 for key, value in getattr(report, "user_properties", ())
+                 if key == "fast_seconds")
     if times:
         terminalreporter.section("notebook FAST times (goal: 00_setup < 30 s, lectures < 90 s)")
         for name, seconds in sorted(times.items()):
