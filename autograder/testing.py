@@ -254,7 +254,7 @@ def oracle_beam(dist, source, k: int, max_len: int, beta: float, variant: str = 
     time: (tokens, logprob), or None if nothing finished. ``variant`` breaks rule 3 at step
     max_len, to name it in feedback: "no_cut_off" lets no hypothesis finish there without
     <eos>; "join_if_room" finishes the <eos> candidates first and lets the live hypotheses
-    join only if fewer than K have finished then."""
+    join only if fewer than k have finished then."""
     live, finished = [((BOS,), 0.0)], []
 
     def key(f):
@@ -300,9 +300,9 @@ def oracle_exhaustive(dist, source, vocab: int, max_len: int, alpha: float):
 
 
 _RULE_BROKEN = {
-    "no_cut_off": "rule 3: at step max_len every one of the K best candidates finishes, those "
+    "no_cut_off": "rule 3: at step max_len every one of the k best candidates finishes, those "
                   "without <eos> cut off",
-    "join_if_room": "rule 3: at step max_len the K best candidates all finish, with or without "
+    "join_if_room": "rule 3: at step max_len the k best candidates all finish, with or without "
                     "<eos>, whether or not k hypotheses have finished already",
 }
 

@@ -550,7 +550,7 @@ def test_overlap_f1_by_hand_and_against_a_list_count():
 
 
 def test_top_k_stable_is_the_head_of_a_stable_sort():
-    """Beam search takes its K best candidates without sorting whole rows; with many ties and
+    """Beam search takes its k best candidates without sorting whole rows; with many ties and
     -inf entries the result must still be what a stable descending sort puts first."""
     g = torch.Generator().manual_seed(0)
     for _ in range(500):

@@ -450,11 +450,11 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
                 n_best: int = 1, early_stopping: bool | str = True) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences and beams, with HuggingFace's rules.
 
-    Each step extends every live beam by every token and ranks the K * V candidates by summed
-    log-probability (K = ``beam_size``). Among the K best candidates, those ending in <eos>
+    Each step extends every live beam by every token and ranks the k * |V| candidates by summed
+    log-probability (k = ``beam_size``). Among the k best candidates, those ending in <eos>
     are scored ``logprob / L ** length_penalty`` (L: output tokens, <eos> included) and merged
-    into the row's n-best list, which keeps the K best by score; the K best candidates not
-    ending in <eos> stay live. At step ``max_len`` the K best candidates all join the list, the
+    into the row's n-best list, which keeps the k best by score; the k best candidates not
+    ending in <eos> stay live. At step ``max_len`` the k best candidates all join the list, the
     ones without <eos> as ``finished=False`` (L = ``max_len``). ``length_penalty`` 0 ranks by
     log-probability (favouring short outputs), 1 by log-probability per token.
 
@@ -462,7 +462,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
 
     - ``True``: once k hypotheses have finished (cheapest; a live beam may still be better);
     - ``False``: once the best live beam, scored at its current length t, is no better than
-      the worst of K finished ones (exact for ``length_penalty`` 0, a heuristic above it);
+      the worst of k finished ones (exact for ``length_penalty`` 0, a heuristic above it);
     - ``"never"``: as ``False``, but with ``length_penalty`` > 0 the live beam is scored at
       length ``max_len``, the best it could reach: the result equals running every beam to
       ``max_len`` (the textbook search), at the cost of the longest runs.
@@ -504,7 +504,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
             log_probs, state = model.step(state, tokens)
             vocab = log_probs.shape[-1]
             cand = scores[..., None] + log_probs.to(device).double().view(batch, k, vocab)
-            # the K best candidates (ties go to the earlier beam, then the smaller id)
+            # the k best candidates (ties go to the earlier beam, then the smaller id)
             top_lp, top = _top_k_stable(cand.view(batch, -1), k)
             top_lp, top = top_lp.tolist(), top.tolist()
             for b in (b for b in range(batch) if open_rows[b]):
