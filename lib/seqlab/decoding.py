@@ -450,7 +450,7 @@ def beam_search(model, *inputs, beam_size: int, max_len: int = 60, length_penalt
                 n_best: int = 1, early_stopping: bool | str = True) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences and beams, with HuggingFace's rules.
 
-    Each step extends every live beam by every token and ranks the k * |V| candidates by summed
+    Each step extends every live beam by every token and ranks the ``k * |V|`` candidates by summed
     log-probability (k = ``beam_size``). Among the k best candidates, those ending in <eos>
     are scored ``logprob / L ** length_penalty`` (L: output tokens, <eos> included) and merged
     into the row's n-best list, which keeps the k best by score; the k best candidates not
